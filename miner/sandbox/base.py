@@ -1,0 +1,120 @@
+"""The sandbox interface: everything above it is blind to whether it is a workspace or a container.
+
+A Backend builds a project's healthy environment once (`build`) and then hands out fresh,
+disposable copies of it (`fork`). A Sandbox runs shell commands inside that copy, confined.
+
+Every backend exposes the same fixed layout inside the sandbox (see miner.models):
+  /sandbox/project   the project's files          ($MINER_PROJECT)
+  /sandbox/venv      its virtual environment       ($MINER_VENV, $MINER_PYTHON)
+  /sandbox/env.sh    the environment file sourced before every command ($MINER_ENV_FILE)
+plus $MINER_SITE_PACKAGES. Break and fix scripts are written against these variables only.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from miner.models import Project, RunResult
+
+
+class SandboxError(Exception):
+    """Base class of sandbox failures."""
+
+
+class BuildError(SandboxError):
+    """The project could not be built; `log` holds the tail of the build output."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+class BackendUnavailable(SandboxError):
+    """The backend cannot run on this machine (no engine, no bwrap, ...)."""
+
+
+@dataclass
+class Limits:
+    """Resource limits applied to every command."""
+
+    timeout: float = 600.0  # seconds of wall time per command
+    memory_mb: int = 4096
+    processes: int = 1024
+    cpus: float = 2.0
+
+
+@dataclass
+class BuildSpec:
+    """What to install: produced by miner.install from the project and its overrides."""
+
+    python: str = "python3"  # interpreter used to create the venv
+    install_script: str = ""  # shell script run in /sandbox/project with network on
+    env: dict[str, str] = field(default_factory=dict)  # healthy environment variables
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass
+class Healthy:
+    """A built healthy environment that can be forked (a workspace folder or an image)."""
+
+    backend: str
+    ref: str  # workspace path or image id
+    project: Project
+    site_packages: str = ""
+    info: dict = field(default_factory=dict)
+
+
+class Sandbox(abc.ABC):
+    """A disposable copy of a healthy environment."""
+
+    healthy: Healthy
+
+    @abc.abstractmethod
+    def run(self, command: str, *, network: bool = False, timeout: float | None = None) -> RunResult:
+        """Run a bash command inside, with /sandbox/env.sh sourced and cwd $MINER_PROJECT."""
+
+    @abc.abstractmethod
+    def read(self, path: str) -> bytes | None:
+        """Bytes of a file at a sandbox path, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write a file at a sandbox path (used for reports and helper scripts, not for breaks)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Remove everything this copy created."""
+
+    @property
+    def location(self) -> str:
+        """A human-readable handle (folder or container id) for --keep."""
+        return ""
+
+    def shell(self) -> None:
+        """Open an interactive shell inside (replay --shell)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Backend(abc.ABC):
+    """A way to build and fork sandboxes."""
+
+    name: str
+
+    @abc.abstractmethod
+    def build(self, project: Project, spec: BuildSpec, workdir: Path) -> Healthy:
+        """Build (or reuse) the healthy environment; raise BuildError on failure."""
+
+    @abc.abstractmethod
+    def fork(self, healthy: Healthy) -> Sandbox:
+        """A fresh copy of the healthy environment."""
+
+    def discard(self, healthy: Healthy) -> None:
+        """Forget a healthy environment (its workspace or image)."""
