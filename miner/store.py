@@ -1,0 +1,493 @@
+"""The store: a SQLite index plus one folder per task, safe to crash and to share.
+
+Layout under the store root (default ./mined):
+
+    miner.db                 SQLite (WAL): projects, candidates, tasks
+    tasks/<task_id>/         one folder per validated task (task.json, break.sh, fix.sh, ...)
+    work/                    sandboxes of the other stages
+    cache/                   fetched sources, pip cache
+
+A task folder is written under tasks/.tmp-<id>-<nonce>, fsynced, and renamed into place while
+the database write lock is held; the row is committed only after the rename. So a row always
+has its folder, and a crash (even kill -9) can leave only a temporary folder or a folder
+without a row. `recover()` (run on every open, under the same lock) removes both, so crawling
+again re-creates those tasks without duplicates.
+
+The store calls nothing of miner above miner.models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from miner.models import Candidate, HealthyState, Task, content_id
+
+DEFAULT_ROOT = Path("mined")
+DB_NAME = "miner.db"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 120_000  # writers queue behind a task folder being fsynced
+TMP_PREFIX = ".tmp-"
+PROJECT_STATUSES = ("mined", "skipped", "running")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS projects (
+    key TEXT PRIMARY KEY,
+    repo TEXT NOT NULL,
+    "commit" TEXT NOT NULL,
+    source_raw TEXT NOT NULL DEFAULT '',
+    origin TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL CHECK (status IN ('mined', 'skipped', 'running')),
+    reason TEXT NOT NULL DEFAULT '',
+    healthy_json TEXT,
+    started TEXT,
+    finished TEXT,
+    seconds REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS candidates (
+    id TEXT PRIMARY KEY,
+    project_key TEXT NOT NULL,
+    repo TEXT NOT NULL,
+    "commit" TEXT NOT NULL,
+    type_id TEXT NOT NULL,
+    family TEXT NOT NULL,
+    target TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('validated', 'rejected')),
+    rule TEXT,
+    detail TEXT NOT NULL DEFAULT '',
+    suite_runs INTEGER NOT NULL DEFAULT 0,
+    seconds REAL NOT NULL DEFAULT 0,
+    predicted_f2p_json TEXT,
+    f2p_json TEXT NOT NULL DEFAULT '[]',
+    graph_depth INTEGER,
+    created TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS candidates_project ON candidates (project_key);
+CREATE INDEX IF NOT EXISTS candidates_type ON candidates (type_id);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    project_key TEXT NOT NULL,
+    repo TEXT NOT NULL,
+    "commit" TEXT NOT NULL,
+    type_id TEXT NOT NULL,
+    family TEXT NOT NULL,
+    target TEXT NOT NULL,
+    difficulty TEXT NOT NULL,
+    created TEXT NOT NULL,
+    task_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_type ON tasks (type_id);
+"""
+
+
+class StoreError(Exception):
+    """Base class of store failures."""
+
+
+class StoreMissing(StoreError):
+    """The store root has no database and the caller asked not to create one."""
+
+
+class UnknownTask(StoreError, LookupError):
+    """No task id starts with the given text."""
+
+
+class AmbiguousTask(StoreError, LookupError):
+    """Several task ids start with the given prefix."""
+
+
+@dataclass
+class Recovery:
+    """What `recover()` cleaned up (folder and id names)."""
+
+    temp_folders: list[str] = field(default_factory=list)
+    orphan_folders: list[str] = field(default_factory=list)
+    rows_without_folder: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.temp_folders or self.orphan_folders or self.rows_without_folder)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _safe_relpath(name: str) -> PurePosixPath:
+    """A task-folder-relative path that cannot escape the folder."""
+    rel = PurePosixPath(name)
+    if not name or rel.is_absolute() or ".." in rel.parts or rel.parts[0] == ".":
+        raise ValueError(f"task file name must be a relative path inside the folder: {name!r}")
+    return rel
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: str | bytes) -> None:
+    blob = data.encode() if isinstance(data, str) else data
+    with open(path, "wb") as fh:
+        fh.write(blob)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if path.suffix == ".sh":
+        path.chmod(0o755)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _counts() -> dict[str, Any]:
+    return {"tried": 0, "validated": 0, "rejected": 0, "yield": 0.0, "by_rule": {}}
+
+
+def _add_count(bucket: dict[str, Any], status: str, rule: str | None, n: int) -> None:
+    bucket["tried"] += n
+    bucket[status] += n
+    if status == "rejected":
+        key = rule or "unknown"
+        bucket["by_rule"][key] = bucket["by_rule"].get(key, 0) + n
+    bucket["yield"] = bucket["validated"] / bucket["tried"] if bucket["tried"] else 0.0
+
+
+class Store:
+    """One store root: a SQLite connection (shared by threads) and the task folders."""
+
+    def __init__(self, root: Path | str = DEFAULT_ROOT, *, create: bool = True) -> None:
+        self.root = Path(root).resolve()
+        self.db_path = self.root / DB_NAME
+        if not create and not self.db_path.is_file():
+            raise StoreMissing(f"no store at {self.root}")
+        for sub in ("tasks", "work", "cache"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(
+            self.db_path,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,  # explicit BEGIN/COMMIT below
+            check_same_thread=False,
+        )
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = FULL")
+        with self._write():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._conn.execute(statement)
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self.last_recovery = self.recover()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @property
+    def tasks_root(self) -> Path:
+        return self.root / "tasks"
+
+    @property
+    def work_root(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def cache_root(self) -> Path:
+        return self.root / "cache"
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction holding SQLite's write lock from the start (BEGIN IMMEDIATE).
+
+        The lock is also the cross-process mutex for the task folders: recover() and
+        add_task() both run inside one, so neither sees the other's half-done work.
+        """
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def integrity_check(self) -> str:
+        """SQLite's own verdict on the database file ("ok" when sound)."""
+        return str(self._query("PRAGMA integrity_check")[0][0])
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> Recovery:
+        """Remove what an interrupted writer left: temp folders, folders without a row, and
+        rows whose folder is gone (so crawling again re-creates them)."""
+        report = Recovery()
+        with self._write() as conn:
+            ids = {row[0] for row in conn.execute("SELECT id FROM tasks")}
+            present: set[str] = set()
+            for entry in sorted(self.tasks_root.iterdir()):
+                if entry.name.startswith(TMP_PREFIX):
+                    _remove(entry)
+                    report.temp_folders.append(entry.name)
+                elif entry.name not in ids:
+                    _remove(entry)
+                    report.orphan_folders.append(entry.name)
+                else:
+                    present.add(entry.name)
+            for task_id in sorted(ids - present):
+                conn.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+                report.rows_without_folder.append(task_id)
+        return report
+
+    # -- projects -------------------------------------------------------------------------
+
+    def record_project(
+        self,
+        key: str,
+        repo: str,
+        commit: str,
+        source_raw: str,
+        origin: str,
+        status: str,
+        reason: str = "",
+        healthy: HealthyState | None = None,
+        seconds: float = 0.0,
+    ) -> None:
+        """Insert or update a project row. 'running' stamps `started`; the others `finished`."""
+        if status not in PROJECT_STATUSES:
+            raise ValueError(f"project status must be one of {PROJECT_STATUSES}, not {status!r}")
+        now = _now()
+        healthy_json = healthy.model_dump_json() if healthy is not None else None
+        finished = None if status == "running" else now
+        with self._write() as conn:
+            conn.execute(
+                """INSERT INTO projects (key, repo, "commit", source_raw, origin, status, reason,
+                                         healthy_json, started, finished, seconds)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (key) DO UPDATE SET
+                     repo = excluded.repo, "commit" = excluded."commit",
+                     source_raw = excluded.source_raw, origin = excluded.origin,
+                     status = excluded.status, reason = excluded.reason,
+                     healthy_json = COALESCE(excluded.healthy_json, projects.healthy_json),
+                     started = CASE WHEN excluded.status = 'running' THEN excluded.started
+                                    ELSE COALESCE(projects.started, excluded.started) END,
+                     finished = excluded.finished, seconds = excluded.seconds""",
+                (key, repo, commit, source_raw, origin, status, reason, healthy_json, now,
+                 finished, seconds),
+            )
+
+    def project_status(self, key: str) -> str | None:
+        """'mined', 'skipped', 'running', or None for a project never seen."""
+        rows = self._query("SELECT status FROM projects WHERE key = ?", (key,))
+        return rows[0]["status"] if rows else None
+
+    def projects(self) -> list[dict[str, Any]]:
+        """Every project row (without the healthy state; see `healthy()`), oldest first."""
+        rows = self._query(
+            """SELECT key, repo, "commit", source_raw, origin, status, reason, started, finished,
+                      seconds, healthy_json IS NOT NULL AS has_healthy
+               FROM projects ORDER BY started, key"""
+        )
+        return [{**dict(row), "has_healthy": bool(row["has_healthy"])} for row in rows]
+
+    def healthy(self, key: str) -> HealthyState | None:
+        """The healthy state recorded for a project, if any."""
+        rows = self._query("SELECT healthy_json FROM projects WHERE key = ?", (key,))
+        if not rows or rows[0][0] is None:
+            return None
+        return HealthyState.model_validate_json(rows[0][0])
+
+    # -- candidates -----------------------------------------------------------------------
+
+    def has_candidate(self, candidate_id: str) -> bool:
+        return bool(self._query("SELECT 1 FROM candidates WHERE id = ?", (candidate_id,)))
+
+    def record_candidate(self, project_key: str, cand: Candidate) -> None:
+        """Record a validated or rejected candidate; recording the same id again updates it."""
+        inv = cand.inversion
+        predicted = json.dumps(inv.predicted_f2p) if inv.predicted_f2p is not None else None
+        with self._write() as conn:
+            conn.execute(
+                """INSERT INTO candidates (id, project_key, repo, "commit", type_id, family, target,
+                                           status, rule, detail, suite_runs, seconds,
+                                           predicted_f2p_json, f2p_json, graph_depth, created)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (id) DO UPDATE SET
+                     project_key = excluded.project_key, status = excluded.status,
+                     rule = excluded.rule, detail = excluded.detail,
+                     suite_runs = excluded.suite_runs, seconds = excluded.seconds,
+                     predicted_f2p_json = excluded.predicted_f2p_json,
+                     f2p_json = excluded.f2p_json, graph_depth = excluded.graph_depth""",
+                (cand.id, project_key, cand.repo, cand.commit, inv.type_id, inv.family,
+                 inv.target.key, cand.status, cand.rule, cand.detail, cand.suite_runs,
+                 cand.seconds, predicted, json.dumps(cand.f2p), inv.graph_depth, _now()),
+            )
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    def add_task(
+        self, task: Task, files: dict[str, str | bytes], project_key: str | None = None
+    ) -> Path:
+        """Write a task folder atomically and index it; a no-op for an id already stored.
+
+        `files` maps folder-relative paths (e.g. "break.sh", "logs/break.log") to contents;
+        task.json is always written from the model (filling `created` when empty), so a
+        "task.json" entry in `files` is ignored. `project_key` defaults to what
+        Project.key gives for the task's repo, commit and source overrides.
+        """
+        if project_key is None:
+            project_key = content_id(task.repo, task.commit, task.source.overrides)
+        rels = {name: _safe_relpath(name) for name in files if name != "task.json"}
+        if not task.created:
+            task = task.model_copy(update={"created": _now()})
+        final = self.tasks_root / task.id
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM tasks WHERE id = ?", (task.id,)).fetchone():
+                return final
+            if final.exists():  # left by a crash after the rename: no row, so not a task
+                shutil.rmtree(final)
+            tmp = self.tasks_root / f"{TMP_PREFIX}{task.id}-{uuid.uuid4().hex[:8]}"
+            try:
+                self._write_folder(tmp, task, {rels[n]: files[n] for n in rels})
+                tmp.rename(final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            _fsync_path(self.tasks_root)
+            conn.execute(
+                """INSERT INTO tasks (id, project_key, repo, "commit", type_id, family, target,
+                                      difficulty, created, task_json)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (task.id, project_key, task.repo, task.commit, task.type_id, task.family,
+                 task.target.key, task.difficulty, task.created, task.model_dump_json()),
+            )
+        return final
+
+    @staticmethod
+    def _write_folder(folder: Path, task: Task, files: dict[PurePosixPath, str | bytes]) -> None:
+        folder.mkdir()
+        _write_synced(folder / "task.json", task.model_dump_json(indent=2))
+        subdirs = {folder}
+        for rel, data in files.items():
+            path = folder.joinpath(*rel.parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            subdirs.add(path.parent)
+            _write_synced(path, data)
+        for sub in sorted(subdirs, key=lambda p: len(p.parts), reverse=True):
+            _fsync_path(sub)
+
+    def _resolve_id(self, id_or_prefix: str) -> str:
+        if not id_or_prefix:
+            raise UnknownTask("empty task id")
+        if self._query("SELECT 1 FROM tasks WHERE id = ?", (id_or_prefix,)):
+            return id_or_prefix
+        escaped = id_or_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._query(
+            "SELECT id FROM tasks WHERE id LIKE ? ESCAPE '\\' ORDER BY id LIMIT 6",
+            (escaped + "%",),
+        )
+        if not rows:
+            raise UnknownTask(f"no task with id {id_or_prefix!r} in {self.root}")
+        if len(rows) > 1:
+            shown = ", ".join(r[0] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+            raise AmbiguousTask(f"task id prefix {id_or_prefix!r} is ambiguous: {shown}")
+        return str(rows[0][0])
+
+    def get_task(self, id_or_prefix: str) -> Task:
+        """The task with this id, or with the only id starting with this prefix."""
+        task_id = self._resolve_id(id_or_prefix)
+        row = self._query("SELECT task_json FROM tasks WHERE id = ?", (task_id,))[0]
+        return Task.model_validate_json(row[0])
+
+    def task_dir(self, id_or_prefix: str) -> Path:
+        """The folder of a stored task (id or unique prefix)."""
+        return self.tasks_root / self._resolve_id(id_or_prefix)
+
+    def list_tasks(
+        self,
+        type_spec: str | None = None,
+        repo: str | None = None,
+        difficulty: str | None = None,
+    ) -> list[Task]:
+        """Stored tasks, oldest first.
+
+        type_spec: an exact type id ("deps/uninstall") or a family ("deps").
+        repo: an exact repo; when no task has exactly that repo, a substring of it.
+        """
+        where, params = [], []
+        if type_spec:
+            where.append("(type_id = ? OR family = ?)")
+            params += [type_spec, type_spec]
+        if difficulty:
+            where.append("difficulty = ?")
+            params.append(difficulty)
+        if repo:
+            exact = self._query("SELECT 1 FROM tasks WHERE repo = ? LIMIT 1", (repo,))
+            where.append("repo = ?" if exact else "instr(repo, ?) > 0")
+            params.append(repo)
+        sql = "SELECT task_json FROM tasks"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = self._query(sql + " ORDER BY created, id", tuple(params))
+        return [Task.model_validate_json(row[0]) for row in rows]
+
+    # -- statistics -----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Candidate counts and yield (validated / tried): overall, per type, per project.
+
+        by_project is keyed by repo and also lists projects without candidates (skipped
+        ones), with the status and reason of the project's latest row.
+        """
+        total = _counts()
+        by_type: dict[str, dict[str, Any]] = {}
+        by_project: dict[str, dict[str, Any]] = {}
+        for proj in self.projects():  # oldest first, so the latest row's status wins
+            bucket = by_project.setdefault(proj["repo"], _counts())
+            bucket["status"], bucket["reason"] = proj["status"], proj["reason"]
+        rows = self._query(
+            """SELECT repo, type_id, status, rule, COUNT(*) AS n FROM candidates
+               GROUP BY repo, type_id, status, rule ORDER BY repo, type_id"""
+        )
+        for row in rows:
+            status, rule, n = row["status"], row["rule"], row["n"]
+            _add_count(total, status, rule, n)
+            _add_count(by_type.setdefault(row["type_id"], _counts()), status, rule, n)
+            project = by_project.setdefault(row["repo"], {**_counts(), "status": "", "reason": ""})
+            _add_count(project, status, rule, n)
+        counts = self._query("SELECT (SELECT COUNT(*) FROM tasks), (SELECT COUNT(*) FROM projects)")
+        return {
+            **total,
+            "tasks": counts[0][0],
+            "projects": counts[0][1],
+            "by_type": by_type,
+            "by_project": by_project,
+        }
