@@ -1,0 +1,237 @@
+"""Healthy state: measure how an untouched project behaves, so breaks can be judged against it.
+
+Runs the test suite twice (flaky tests are excluded), records installed distributions, a hash
+manifest of the project's files, the environment, and derived probes (`import pkg`, each console
+script's `--help`). Probes are tests like the others: they get ids and outcomes in every state.
+`run_checks` is the one way every later stage (validate, replay) measures a sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+from miner.models import (
+    PROJECT_DIR,
+    Distribution,
+    HealthyState,
+    Outcome,
+    Probe,
+    Project,
+    SuiteRun,
+    TestResult,
+)
+from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox
+from miner.testing import run_suite
+
+MINER_DIR = "/sandbox/.miner"
+CODE_SUFFIXES = {".py", ".pyi", ".pyx", ".pxd", ".c", ".h", ".cc", ".cpp", ".rs"}
+# Packaging and test-runner configuration is part of "the project's code and tests".
+PROTECTED_NAMES = {"pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "pytest.ini", "conftest.py",
+                   "MANIFEST.in", "noxfile.py", "Dockerfile"}
+SKIP_DIRS = {".git", "__pycache__", ".tox", ".nox", ".venv", "venv", ".mypy_cache", ".pytest_cache",
+             "build", "dist", ".eggs"}
+
+
+class SkipProject(Exception):
+    """The project cannot be mined; the message is the reason recorded and shown."""
+
+
+def asset(name: str) -> bytes:
+    """Bytes of a standalone helper script shipped in miner/assets."""
+    return resources.files("miner").joinpath("assets", name).read_bytes()
+
+
+def _sandbox_python(sandbox: Sandbox) -> str:
+    """An interpreter for helper scripts: the system one when present (a break may hit the venv's)."""
+    probe = sandbox.run("command -v /usr/bin/python3 || echo \"$MINER_PYTHON\"", timeout=30)
+    return probe.output.strip().splitlines()[-1] if probe.output.strip() else "$MINER_PYTHON"
+
+
+def collect_inventory(sandbox: Sandbox) -> tuple[str, list[Distribution], list[str]]:
+    """(site-packages, distributions, the project's own distributions) read inside the sandbox."""
+    sandbox.put(f"{MINER_DIR}/inventory.py", asset("inventory.py"))
+    result = sandbox.run(f'"$MINER_PYTHON" {MINER_DIR}/inventory.py', timeout=120)
+    if result.exit_code != 0:
+        raise SkipProject(f"cannot read installed distributions: {result.output[-500:]}")
+    data = json.loads(result.output.strip().splitlines()[-1])
+    dists = [Distribution(**{k: v for k, v in d.items() if k != "url"}) for d in data["dists"]]
+    own = [d["name"] for d in data["dists"] if d.get("url", "").startswith(f"file://{PROJECT_DIR}")]
+    return data["site_packages"], dists, own
+
+
+def discover_probes(inventory: list[Distribution], own: list[str]) -> list[Probe]:
+    """Derived checks for the project's own distributions: imports and console scripts."""
+    probes: list[Probe] = []
+    for dist in (d for d in inventory if d.name in own):
+        for module in dist.top_level:
+            if module.startswith("_") or module in {"tests", "test", "testing", "docs"}:
+                continue
+            probes.append(Probe(id=f"probe::import::{module}", kind="import", module=module))
+        for script in sorted(dist.console_scripts):
+            probes.append(Probe(id=f"probe::script::{script}", kind="script", argv=[script, "--help"]))
+    return probes
+
+
+def run_raw_probes(sandbox: Sandbox, probes: list[Probe]) -> dict[str, dict]:
+    """Raw exit codes and digests of import/script probes."""
+    simple = [p.model_dump() for p in probes if p.kind in ("import", "script")]
+    if not simple:
+        return {}
+    sandbox.put(f"{MINER_DIR}/probe.py", asset("probe.py"))
+    sandbox.put(f"{MINER_DIR}/probes.json", json.dumps(simple).encode())
+    python = _sandbox_python(sandbox)
+    result = sandbox.run(f"{shlex.quote(python)} -I {MINER_DIR}/probe.py {MINER_DIR}/probes.json", timeout=600)
+    try:
+        return json.loads(result.output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+
+
+def judge_probes(probes: list[Probe], raw: dict[str, dict]) -> dict[str, TestResult]:
+    """A probe passes when it behaves exactly as it did healthy (exit code and output digest)."""
+    results = {}
+    for probe in probes:
+        got = raw.get(probe.id)
+        if got is None:
+            results[probe.id] = TestResult(id=probe.id, outcome="missing")
+            continue
+        same = got["exit"] == probe.expected_exit and got["digest"] == probe.expected_digest
+        message = "" if same else f"exit {got['exit']} (healthy: {probe.expected_exit})\n{got.get('head', '')}"
+        results[probe.id] = TestResult(id=probe.id, outcome="passed" if same else "failed", message=message)
+    return results
+
+
+ExtraProbes = Callable[[Sandbox, list[Probe]], dict[str, TestResult]]
+
+
+def run_checks(sandbox: Sandbox, command: str, probes: list[Probe], tests: list[str] | None = None,
+               timeout: float | None = None, extra: ExtraProbes | None = None) -> SuiteRun:
+    """Run the test suite (or the given test ids) plus the derived probes, as one SuiteRun."""
+    wanted_tests = None if tests is None else [t for t in tests if not t.startswith("probe::")]
+    wanted_probes = probes if tests is None else [p for p in probes if p.id in set(tests)]
+    if wanted_tests is None or wanted_tests:
+        suite = run_suite(sandbox, command, tests=wanted_tests, timeout=timeout)
+    else:
+        suite = SuiteRun(command=command, exit_code=0, duration=0.0)
+    suite.results.update(judge_probes(wanted_probes, run_raw_probes(sandbox, wanted_probes)))
+    if extra is not None:
+        suite.results.update(extra(sandbox, [p for p in wanted_probes if p.kind in ("command", "http")]))
+    return suite
+
+
+def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None) -> dict[str, str]:
+    """sha256 of every regular file under roots (or of the given paths), computed inside the sandbox.
+
+    Uses coreutils, not the venv's interpreter, so it works however broken the environment is.
+    """
+    if paths is not None:
+        if not paths:
+            return {}
+        listing = " ".join(shlex.quote(p) for p in paths)
+        command = f"sha256sum -- {listing} 2>/dev/null; true"
+    else:
+        command = f"find {' '.join(map(shlex.quote, roots))} -xdev -type f -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true"
+    result = sandbox.run(command, timeout=300)
+    hashes = {}
+    for line in result.output.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) == 64 and name:
+            hashes[name] = digest
+    return hashes
+
+
+def project_manifest(root: Path) -> tuple[dict[str, str], list[str]]:
+    """(relative path -> sha256 for every project file, the protected subset: code and tests)."""
+    hashes: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part in SKIP_DIRS for part in rel.parts) or not path.is_file() or path.is_symlink():
+            continue
+        hashes[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    protected = [p for p in hashes if Path(p).suffix in CODE_SUFFIXES or Path(p).name in PROTECTED_NAMES]
+    return hashes, protected
+
+
+def _measure(backend: Backend, env: Healthy, command: str, probes: list[Probe], timeout: float,
+             extra: ExtraProbes | None) -> tuple[SuiteRun, dict[str, dict]]:
+    with backend.fork(env) as sandbox:
+        suite = run_suite(sandbox, command, timeout=timeout)
+        raw = run_raw_probes(sandbox, probes)
+        if extra is not None:
+            suite.results.update(extra(sandbox, [p for p in probes if p.kind in ("command", "http")]))
+    return suite, raw
+
+
+def _stable(runs: list[SuiteRun]) -> tuple[dict[str, TestResult], list[str]]:
+    first, rest = runs[0].results, runs[1:]
+    stable, flaky = {}, []
+    for test_id, result in first.items():
+        if all(test_id in r.results and r.results[test_id].outcome == result.outcome for r in rest):
+            stable[test_id] = result
+        else:
+            flaky.append(test_id)
+    for run in rest:
+        flaky.extend(t for t in run.results if t not in first and t not in flaky)
+    return stable, sorted(flaky)
+
+
+def record_healthy(backend: Backend, env: Healthy, project: Project, spec: BuildSpec, command: str,
+                   runs: int = 2, timeout: float = 600.0, extra_probes: list[Probe] | None = None,
+                   extra: ExtraProbes | None = None) -> HealthyState:
+    """Measure the healthy state; raise SkipProject with the reason when it cannot be mined."""
+    with backend.fork(env) as sandbox:
+        site_packages, inventory, own = collect_inventory(sandbox)
+    probes = discover_probes(inventory, own) + list(extra_probes or [])
+    measured = [_measure(backend, env, command, probes, timeout, extra) for _ in range(runs)]
+    suites = [suite for suite, _ in measured]
+    if any(s.timed_out for s in suites):
+        raise SkipProject(f"test suite exceeded its time limit of {timeout:.0f}s")
+    probes = _expected_probes(probes, [raw for _, raw in measured])
+    for suite, raw in measured:
+        suite.results.update(judge_probes(probes, raw))
+    stable, flaky = _stable(suites)
+    _check_minable(stable, suites[0], derived_only_ok=bool(extra_probes))
+    hashes, protected = project_manifest(project.path)
+    return HealthyState(
+        repo=project.repo, commit=project.commit, backend=backend.name, test_command=command,
+        outcomes={k: v.outcome for k, v in stable.items()},
+        durations={k: v.duration for k, v in stable.items()},
+        messages={k: v.message for k, v in stable.items() if v.message},
+        flaky=flaky, probes=[p for p in probes if p.id in stable],
+        distributions={d.name: d.version for d in inventory}, inventory=inventory, project_dists=own,
+        file_hashes=hashes, protected=protected, env=dict(spec.env), site_packages=site_packages,
+        suite_seconds=sum(s.duration for s in suites) / len(suites),
+    )
+
+
+def _expected_probes(probes: list[Probe], raws: list[dict[str, dict]]) -> list[Probe]:
+    """Fix each probe's expected exit and digest from the first run (later runs check stability)."""
+    fixed = []
+    for probe in probes:
+        got = raws[0].get(probe.id) if raws else None
+        if got is None and probe.expected_exit is None:
+            continue
+        if got is not None and probe.kind in ("import", "script"):
+            probe = probe.model_copy(update={"expected_exit": got["exit"], "expected_digest": got["digest"]})
+        fixed.append(probe)
+    return fixed
+
+
+def _check_minable(stable: dict[str, TestResult], first: SuiteRun, derived_only_ok: bool) -> None:
+    """Skip projects with no tests or no passing tests (a Dockerized project may rely on probes)."""
+    tests = {k: v for k, v in stable.items() if not k.startswith("probe::")}
+    probes_passing = [k for k, v in stable.items() if k.startswith("probe::") and v.outcome == "passed"]
+    if not tests and not (derived_only_ok and probes_passing):
+        tail = "\n".join(first.output_tail.strip().splitlines()[-5:])
+        raise SkipProject(f"no tests found (exit {first.exit_code}){': ' + tail if tail else ''}")
+    if tests and not any(v.outcome == "passed" for v in tests.values()):
+        raise SkipProject(f"no passing tests ({len(tests)} collected, none passed)")
+
+
+def passing(outcomes: dict[str, Outcome]) -> set[str]:
+    return {k for k, v in outcomes.items() if v == "passed"}

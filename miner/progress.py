@@ -1,0 +1,55 @@
+"""Terminal display of a crawl: a live line per project with its phase, and the closing summary."""
+
+from __future__ import annotations
+
+import threading
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from miner.pipeline import CrawlReport
+
+
+class CrawlProgress:
+    """One progress row per project; `phase` is safe to call from worker threads."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[project]:<24}"),
+                                 TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                                 transient=False)
+        self.rows: dict[str, TaskID] = {}
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> CrawlProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def phase(self, project: str, text: str) -> None:
+        with self.lock:
+            if project not in self.rows:
+                self.rows[project] = self.progress.add_task(text, project=project[:24], total=None)
+            row = self.rows[project]
+            done = text.startswith(("mined", "skipped"))
+            self.progress.update(row, description=text, total=1 if done else None, completed=1 if done else 0)
+
+
+def print_summary(console: Console, report: CrawlReport) -> None:
+    """The closing table: each project mined or skipped with its reason, and counts by type."""
+    for error in report.errors:
+        console.print(f"[red]{error}[/red]")
+    table = Table(title=f"crawl finished in {report.seconds:.0f}s")
+    for column in ("project", "status", "tried", "validated", "resumed", "time", "reason / by type"):
+        table.add_column(column, overflow="fold")
+    for p in report.projects:
+        by_type = ", ".join(f"{t} {v}/{n}" for t, (n, v) in sorted(p.by_type.items()) if n)
+        table.add_row(p.repo or p.source, "[green]mined[/green]" if p.status == "mined" else "[yellow]skipped[/yellow]",
+                      str(p.tried), str(p.validated), str(p.resumed), f"{p.seconds:.0f}s", p.reason or by_type)
+    console.print(table)
+    tried = sum(p.tried for p in report.projects)
+    validated = sum(p.validated for p in report.projects)
+    console.print(f"{len(report.projects)} projects, {tried} candidates tried, {validated} tasks validated"
+                  + (f", yield {validated / tried:.0%}" if tried else ""))
