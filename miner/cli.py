@@ -1,0 +1,272 @@
+"""The `miner` command line: parses options, calls one function per verb, prints the result.
+
+Nothing pipeline-related lives here. Each command is a self-contained function that opens
+what it needs from the `--store` root held (read-only) in the click context; new verbs are
+added as one more `@main.command()` function.
+
+    miner [--store DIR] tasks list [--type T] [--repo R] [--json]
+    miner [--store DIR] tasks show ID [--json]
+    miner [--store DIR] stats [--json]
+    miner inversions [--family F] [--json]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+
+from miner import __version__
+from miner.models import Task
+from miner.store import DEFAULT_ROOT, Store, StoreError, StoreMissing
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The group's options, shared read-only with every command."""
+
+    store_root: Path
+
+
+def open_store(ctx: click.Context, create: bool = False) -> Store:
+    """The store named by --store; a listing command on a missing store is a clear error."""
+    settings: Settings = ctx.find_object(Settings)
+    try:
+        return Store(settings.store_root, create=create)
+    except StoreMissing:
+        raise click.ClickException(
+            f"no store at {settings.store_root.resolve()}: run `miner crawl` first "
+            "(or point --store / MINER_STORE at an existing one)"
+        ) from None
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    "store_root",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="MINER_STORE",
+    default=DEFAULT_ROOT,
+    show_default=True,
+    show_envvar=True,
+    help="Store folder (miner.db, tasks/, work/, cache/).",
+)
+@click.version_option(__version__, prog_name="miner")
+@click.pass_context
+def main(ctx: click.Context, store_root: Path) -> None:
+    """Mine verified environment-repair tasks from working Python projects."""
+    ctx.obj = Settings(store_root=store_root)
+
+
+# -- tasks ------------------------------------------------------------------------------------
+
+
+@main.group()
+def tasks() -> None:
+    """List and inspect stored tasks."""
+
+
+def task_row(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "type": task.type_id,
+        "family": task.family,
+        "repo": task.repo,
+        "commit": task.commit,
+        "target": task.target.key,
+        "difficulty": task.difficulty,
+        "f2p_count": len(task.f2p),
+        "p2p_count": len(task.p2p),
+        "summary": task.summary,
+        "created": task.created,
+    }
+
+
+@tasks.command("list")
+@click.option("--type", "type_spec", metavar="T", help="Exact type id (deps/uninstall) or family (deps).")
+@click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
+@click.option("--difficulty", metavar="D", help="Exact difficulty (easy, medium, hard).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@click.pass_context
+def tasks_list(
+    ctx: click.Context, type_spec: str | None, repo: str | None, difficulty: str | None, as_json: bool
+) -> None:
+    """List stored tasks, optionally filtered."""
+    with open_store(ctx) as store:
+        found = store.list_tasks(type_spec=type_spec, repo=repo, difficulty=difficulty)
+    rows = [task_row(t) for t in found]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"{len(rows)} task(s)")
+    table.add_column("id", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("repo", overflow="fold")
+    table.add_column("target", overflow="fold")
+    table.add_column("difficulty", no_wrap=True)
+    table.add_column("f2p", justify="right")
+    table.add_column("p2p", justify="right")
+    for r in rows:
+        table.add_row(r["id"], r["type"], r["repo"], r["target"], r["difficulty"],
+                      str(r["f2p_count"]), str(r["p2p_count"]))
+    Console().print(table)
+
+
+@tasks.command("show")
+@click.argument("task_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the task record as JSON.")
+@click.pass_context
+def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Show one task (ID or a unique prefix): fields, scripts, instruction, folder."""
+    with open_store(ctx) as store:
+        try:
+            task = store.get_task(task_id)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+        folder = store.task_dir(task.id)
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    if as_json:
+        print_json({**task.model_dump(mode="json"), "path": str(folder), "files": files})
+        return
+    console = Console()
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="bold")
+    fields.add_column(overflow="fold")
+    for name, value in [
+        ("id", task.id),
+        ("repo", task.repo),
+        ("commit", task.commit),
+        ("source", task.source.raw),
+        ("type", f"{task.type_id} (family {task.family})"),
+        ("target", task.target.key + (f"  [{task.target.path}]" if task.target.path else "")),
+        ("summary", task.summary),
+        ("difficulty", f"{task.difficulty} ({task.difficulty_score:.2f})"),
+        ("graph depth", "" if task.graph_depth is None else str(task.graph_depth)),
+        ("backend", task.backend),
+        ("test command", task.test_command),
+        ("whole suite", "yes" if task.whole_suite else "no"),
+        ("f2p", f"{len(task.f2p)}: " + ", ".join(task.f2p)),
+        ("p2p", f"{len(task.p2p)}: " + ", ".join(task.p2p)),
+        ("predicted f2p", "" if task.predicted_f2p is None else ", ".join(task.predicted_f2p)),
+        ("probes", ", ".join(p.id for p in task.probes)),
+        ("protected files", str(len(task.protected))),
+        ("suite seconds", f"{task.suite_seconds:.1f}"),
+        ("created", task.created),
+        ("folder", str(folder)),
+        ("files", ", ".join(files)),
+    ]:
+        fields.add_row(name, value)
+    console.print(Panel(fields, title=f"task {task.id}"))
+    console.print(Panel(Syntax(task.break_script, "bash"), title="break.sh"))
+    console.print(Panel(Syntax(task.fix_script, "bash"), title="fix.sh"))
+    console.print(Panel(task.instruction or "(none)", title="instruction"))
+
+
+# -- stats ------------------------------------------------------------------------------------
+
+
+def rules_text(by_rule: dict[str, int]) -> str:
+    return ", ".join(f"{rule} {n}" for rule, n in sorted(by_rule.items(), key=lambda kv: -kv[1]))
+
+
+def counts_table(title: str, key_name: str, buckets: dict[str, dict[str, Any]], extra: bool) -> Table:
+    table = Table(title=title)
+    table.add_column(key_name, overflow="fold")
+    if extra:
+        table.add_column("status")
+    for name in ("tried", "validated", "rejected", "yield"):
+        table.add_column(name, justify="right")
+    table.add_column("rejected by rule", overflow="fold")
+    if extra:
+        table.add_column("reason", overflow="fold")
+    for key, b in sorted(buckets.items()):
+        cells = [key] + ([b.get("status", "")] if extra else [])
+        cells += [str(b["tried"]), str(b["validated"]), str(b["rejected"]), percent(b["yield"])]
+        cells.append(rules_text(b["by_rule"]))
+        if extra:
+            cells.append(b.get("reason", ""))
+        table.add_row(*cells)
+    return table
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Candidates tried, validated, rejected (by rule) and yield: total, per type, per project."""
+    with open_store(ctx) as store:
+        numbers = store.stats()
+    if as_json:
+        print_json(numbers)
+        return
+    console = Console()
+    total = Table(title="total")
+    for name in ("projects", "tried", "validated", "rejected", "yield", "tasks"):
+        total.add_column(name, justify="right")
+    total.add_row(str(numbers["projects"]), str(numbers["tried"]), str(numbers["validated"]),
+                  str(numbers["rejected"]), percent(numbers["yield"]), str(numbers["tasks"]))
+    console.print(total)
+    by_rule = Table(title="rejected by rule")
+    by_rule.add_column("rule")
+    by_rule.add_column("candidates", justify="right")
+    for rule, n in sorted(numbers["by_rule"].items(), key=lambda kv: -kv[1]):
+        by_rule.add_row(rule, str(n))
+    console.print(by_rule)
+    console.print(counts_table("per inversion type", "type", numbers["by_type"], extra=False))
+    console.print(counts_table("per project", "repo", numbers["by_project"], extra=True))
+
+
+# -- inversions -------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--family", metavar="F", help="Only this family (deps, config, data, fs, env, ...).")
+@click.option(
+    "--catalogue-dir",
+    "extra_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Extra catalogue folder of inversion types (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the types (with templates) as JSON.")
+def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """List the catalogue of inversion types."""
+    from miner.catalogue import load_catalogue  # lazy: keeps `miner --help` fast
+
+    catalogue = load_catalogue(extra_dirs=extra_dirs)
+    types = sorted(catalogue.values(), key=lambda t: t.id)
+    if family:
+        families = sorted({t.family for t in types})
+        types = [t for t in types if t.family == family]
+        if not types:
+            raise click.ClickException(
+                f"no inversion types in family {family!r} (families: {', '.join(families)})"
+            )
+    if as_json:
+        print_json([t.model_dump(mode="json") for t in types])
+        return
+    table = Table(title=f"{len(types)} inversion type(s)")
+    table.add_column("id", no_wrap=True)
+    table.add_column("target")
+    table.add_column("backends")
+    table.add_column("whole suite")
+    table.add_column("description", overflow="fold")
+    for t in types:
+        table.add_row(t.id, t.target, ",".join(t.backends), "yes" if t.whole_suite else "",
+                      t.description)
+    Console().print(table)
