@@ -1,0 +1,427 @@
+"""The local sandbox backend: a workspace folder confined with bubblewrap.
+
+The healthy environment is a folder on the host (WORKDIR/healthy) holding project/, venv/,
+env.sh and home/. Every command runs under bwrap with that folder (or a fork of it) bound at
+/sandbox, the rest of the host read-only, no network unless asked, all capabilities dropped
+(so root cannot read a chmod-000 file), and ulimits on memory and processes.
+
+Forks are copy-on-write overlays when we are root and the kernel allows it: each command mounts
+overlay(lower=healthy, upper=fork/upper) in its own private mount namespace, so nothing is
+mounted on the host and changes persist across the commands of one fork. Otherwise a fork is a
+plain copy of the healthy folder. MINER_COW=copy|overlay forces one or the other.
+
+Usage:
+    backend = LocalBackend()
+    healthy = backend.build(project, spec, Path("work/myproj"))
+    with backend.fork(healthy) as box:
+        print(box.run("python -m pytest -q").output)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from miner.models import ENV_FILE, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, Project, RunResult, content_id
+from miner.sandbox.base import (
+    Backend,
+    BackendUnavailable,
+    BuildError,
+    BuildSpec,
+    Healthy,
+    Limits,
+    Sandbox,
+)
+
+BWRAP = "/usr/bin/bwrap"
+MARKER = "build.json"  # in WORKDIR, next to healthy/: present only once a build completed
+SKIPPED_ROOT_ENTRIES = {"proc", "dev", "tmp", "sys", "sandbox"}
+MAX_OUTPUT = 2_000_000  # characters of command output kept (the tail)
+HOST_NETWORK_ENV = (  # host variables passed through only to commands that have network
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+)
+SANDBOX_PATH = f"{VENV_DIR}/bin:/usr/local/bin:/usr/bin:/bin"
+
+
+def _tail(text: str, limit: int = MAX_OUTPUT) -> str:
+    return text if len(text) <= limit else text[-limit:]
+
+
+def rmtree(path: Path) -> None:
+    """Remove a tree even when a break left unreadable or unwritable folders in it."""
+
+    def fix_and_retry(func, p, _exc):  # type: ignore[no-untyped-def]
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, onerror=fix_and_retry)
+
+
+def _root_binds() -> list[str]:
+    """Rebuild the host's root read-only, entry by entry, so /sandbox can be created in it."""
+    args: list[str] = []
+    for entry in sorted(os.listdir("/")):
+        if entry in SKIPPED_ROOT_ENTRIES:
+            continue
+        path = f"/{entry}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _overlay_options(lower: Path, upper: Path, work: Path, redirect: bool) -> str:
+    opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    # redirect_dir lets a renamed lower directory keep working instead of failing with EXDEV.
+    return opts + (",redirect_dir=on" if redirect else "")
+
+
+def _in_private_overlay(opts: str, merged: Path, argv: list[str]) -> list[str]:
+    """argv run in a private mount namespace where `merged` shows the overlay."""
+    script = f"mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(str(merged))} && exec \"$@\""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *argv]
+
+
+def _probe_overlay(scratch: Path) -> str | None:
+    """Overlay mount options that work here ("redirect" or "plain"), or None when overlay fails."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return None
+    base = scratch / f".overlay-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        dirs = {name: base / name for name in ("lower", "upper", "work", "merged")}
+        for d in dirs.values():
+            d.mkdir(parents=True)
+        (dirs["lower"] / "probe").write_text("ok")
+        for redirect in (True, False):
+            opts = _overlay_options(dirs["lower"], dirs["upper"], dirs["work"], redirect)
+            argv = _in_private_overlay(opts, dirs["merged"], ["cat", str(dirs["merged"] / "probe")])
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            if done.returncode == 0 and done.stdout == "ok":
+                return "redirect" if redirect else "plain"
+        return None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        rmtree(base)
+
+
+class Workspace:
+    """Where a command's /sandbox comes from: a folder, or an overlay over the healthy folder."""
+
+    def __init__(self, root: Path, overlay: tuple[Path, Path, Path, Path, bool] | None = None) -> None:
+        self.root = root  # the folder bound at /sandbox (the merged mount point for overlays)
+        self.overlay = overlay  # (lower, upper, work, merged, redirect_dir)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """argv run where self.root shows the sandbox's files."""
+        if self.overlay is None:
+            return argv
+        lower, upper, work, merged, redirect = self.overlay
+        return _in_private_overlay(_overlay_options(lower, upper, work, redirect), merged, argv)
+
+
+class Confinement:
+    """Builds bwrap command lines for one workspace."""
+
+    def __init__(self, workspace: Workspace, limits: Limits, site_packages: str, pip_cache: Path | None) -> None:
+        self.workspace = workspace
+        self.limits = limits
+        self.site_packages = site_packages
+        self.pip_cache = pip_cache
+
+    def env(self, network: bool) -> dict[str, str]:
+        env = {
+            "HOME": f"{SANDBOX_ROOT}/home",
+            "PATH": SANDBOX_PATH,
+            "LANG": "C.UTF-8",
+            "VIRTUAL_ENV": VENV_DIR,
+            "MINER_PROJECT": PROJECT_DIR,
+            "MINER_VENV": VENV_DIR,
+            "MINER_PYTHON": f"{VENV_DIR}/bin/python",
+            "MINER_SITE_PACKAGES": self.site_packages,
+            "MINER_ENV_FILE": ENV_FILE,
+        }
+        if network:
+            env |= {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in HOST_NETWORK_ENV}
+            user_pip_conf = Path.home() / ".config" / "pip" / "pip.conf"
+            if user_pip_conf.is_file() and "PIP_CONFIG_FILE" not in env:
+                env["PIP_CONFIG_FILE"] = str(user_pip_conf)  # HOME moves to /sandbox/home inside
+            if self.pip_cache is not None:
+                env["PIP_CACHE_DIR"] = str(self.pip_cache)
+        return env
+
+    def bwrap(self, network: bool, interactive: bool = False) -> list[str]:
+        args = [BWRAP, *_root_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        args += ["--bind", str(self.workspace.root), SANDBOX_ROOT]
+        if network and self.pip_cache is not None:
+            args += ["--bind", str(self.pip_cache), str(self.pip_cache)]
+        args += ["--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--chdir", "/"]
+        if network:
+            args.append("--share-net")
+        if not interactive:
+            args.append("--new-session")
+        return args
+
+    def ulimits(self) -> str:
+        return f"ulimit -v {self.limits.memory_mb * 1024}; ulimit -u {self.limits.processes}; "
+
+    def argv(self, command: str, network: bool) -> list[str]:
+        script = f"{self.ulimits()}source {ENV_FILE}; cd {PROJECT_DIR}; {command}"
+        return self.workspace.wrap([*self.bwrap(network), "bash", "-c", script])
+
+    def shell_argv(self) -> list[str]:
+        script = f"{self.ulimits()}cd {PROJECT_DIR}; exec bash --rcfile {ENV_FILE} -i"
+        return self.workspace.wrap([*self.bwrap(network=False, interactive=True), "bash", "-c", script])
+
+
+def execute(argv: list[str], env: dict[str, str], command: str, timeout: float) -> RunResult:
+    """Run argv in its own process group; on timeout kill the whole group."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc.pid)
+        out, _ = proc.communicate()
+    text = out.decode("utf-8", errors="replace")
+    code = proc.returncode if not timed_out else -signal.SIGKILL
+    return RunResult(
+        command=command,
+        exit_code=code,
+        output=_tail(text),
+        duration=round(time.monotonic() - start, 3),
+        timed_out=timed_out,
+    )
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class LocalSandbox(Sandbox):
+    """One fork of a healthy workspace: a copy, or an overlay upper dir over the healthy folder."""
+
+    def __init__(self, healthy: Healthy, folder: Path, workspace: Workspace, confinement: Confinement) -> None:
+        self.healthy = healthy
+        self.folder = folder
+        self.workspace = workspace
+        self.confinement = confinement
+        self.closed = False
+
+    def run(self, command: str, *, network: bool = False, timeout: float | None = None) -> RunResult:
+        if self.closed:
+            raise RuntimeError(f"sandbox {self.folder} is closed")
+        limit = timeout if timeout is not None else self.confinement.limits.timeout
+        argv = self.confinement.argv(command, network)
+        return execute(argv, self.confinement.env(network), command, limit)
+
+    def _host_path(self, path: str) -> Path:
+        rel = os.path.relpath(os.path.normpath(path), SANDBOX_ROOT)
+        if rel.startswith(".."):
+            raise ValueError(f"{path} is not under {SANDBOX_ROOT}")
+        return self.workspace.root / rel
+
+    def _host_command(self, argv: list[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+        """Run a host command (full privileges, no confinement) that sees the fork's files."""
+        return subprocess.run(self.workspace.wrap(argv), input=data, capture_output=True, timeout=60)
+
+    def read(self, path: str) -> bytes | None:
+        target = self._host_path(path)
+        if self.workspace.overlay is None:
+            return target.read_bytes() if target.is_file() else None
+        # Read through the kernel's overlay so whiteouts and opaque folders count as they should.
+        script = 'if [ -f "$1" ]; then cat -- "$1"; else exit 3; fi'
+        done = self._host_command(["sh", "-c", script, "sh", str(target)])
+        if done.returncode == 3:
+            return None
+        if done.returncode != 0:
+            raise OSError(f"cannot read {path}: {done.stderr.decode(errors='replace')}")
+        return done.stdout
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        target = self._host_path(path)
+        if self.workspace.overlay is None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            os.chmod(target, mode)
+            return
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
+        done = self._host_command(["sh", "-c", script, "sh", str(target), format(mode, "o")], data)
+        if done.returncode != 0:
+            raise OSError(f"cannot write {path}: {done.stderr.decode(errors='replace')}")
+
+    def close(self) -> None:
+        if not self.closed:
+            rmtree(self.folder)
+            self.closed = True
+
+    @property
+    def location(self) -> str:
+        return str(self.folder)
+
+    def shell(self) -> None:
+        subprocess.run(self.confinement.shell_argv(), env=self.confinement.env(False), check=False)
+
+
+class LocalBackend(Backend):
+    """Healthy workspaces on the host, forked by overlay or copy, confined with bubblewrap."""
+
+    name = "local"
+
+    def __init__(self, pip_cache: Path | None = None, cow: str | None = None) -> None:
+        if not os.access(BWRAP, os.X_OK):
+            raise BackendUnavailable(f"{BWRAP} not found (apt-get install bubblewrap)")
+        self.pip_cache = pip_cache
+        self.cow = cow or os.environ.get("MINER_COW") or None
+        if self.cow not in (None, "copy", "overlay"):
+            raise ValueError(f"MINER_COW must be copy or overlay, not {self.cow!r}")
+        self._overlay_mode: dict[Path, str | None] = {}
+
+    # -- build ---------------------------------------------------------------------------
+
+    def build(self, project: Project, spec: BuildSpec, workdir: Path) -> Healthy:
+        workdir = Path(workdir).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        healthy_dir = workdir / "healthy"
+        digest = build_digest(project, spec)
+        marker = workdir / MARKER
+        if marker.is_file() and healthy_dir.is_dir():
+            recorded = json.loads(marker.read_text())
+            if recorded.get("digest") == digest:
+                return self._healthy(project, workdir, recorded["site_packages"], spec.limits)
+        marker.unlink(missing_ok=True)
+        rmtree(healthy_dir)
+        rmtree(workdir / "forks")
+        site_packages = self._build_fresh(project, spec, workdir)
+        marker.write_text(json.dumps({"digest": digest, "site_packages": site_packages, "built": time.time()}))
+        return self._healthy(project, workdir, site_packages, spec.limits)
+
+    def _build_fresh(self, project: Project, spec: BuildSpec, workdir: Path) -> str:
+        healthy_dir = workdir / "healthy"
+        shutil.copytree(project.path, healthy_dir / "project", symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        (healthy_dir / "home").mkdir()
+        (healthy_dir / "env.sh").write_text(render_env_file(spec.env))
+        pip_cache = self._pip_cache(workdir)
+        confinement = Confinement(Workspace(healthy_dir), spec.limits, "", pip_cache)
+        log = workdir / "build.log"
+        steps = [
+            ("create venv", f"{shlex.quote(spec.python)} -m venv {VENV_DIR}"),
+            ("install", spec.install_script or "true"),
+            ("site-packages", "python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'"),
+        ]
+        outputs: list[str] = []
+        for label, command in steps:
+            result = execute(confinement.argv(command, network=True), confinement.env(True), command, spec.limits.timeout)
+            outputs.append(f"### {label}: {command}\n{result.output}")
+            log.write_text("\n".join(outputs))
+            if result.timed_out or result.exit_code != 0:
+                why = "timed out" if result.timed_out else f"exited {result.exit_code}"
+                raise BuildError(f"build step '{label}' {why} for {project.repo}", _tail(result.output, 4000))
+        site_packages = outputs[-1].strip().splitlines()[-1].strip()
+        # Compile once so forks never differ from the healthy state by freshly written .pyc files.
+        compile_cmd = f"python -m compileall -q -j 0 {PROJECT_DIR} {site_packages} >/dev/null 2>&1; true"
+        confinement.site_packages = site_packages
+        execute(confinement.argv(compile_cmd, network=False), confinement.env(False), compile_cmd, spec.limits.timeout)
+        return site_packages
+
+    def _pip_cache(self, workdir: Path) -> Path:
+        cache = self.pip_cache or workdir.parent / "cache" / "pip"
+        cache = Path(cache).resolve()
+        cache.mkdir(parents=True, exist_ok=True)
+        return cache
+
+    def _healthy(self, project: Project, workdir: Path, site_packages: str, limits: Limits) -> Healthy:
+        info = {"workdir": str(workdir), "pip_cache": str(self._pip_cache(workdir)), "limits": asdict(limits)}
+        return Healthy(backend=self.name, ref=str(workdir / "healthy"), project=project, site_packages=site_packages, info=info)
+
+    # -- fork ----------------------------------------------------------------------------
+
+    def cow_mode(self, forks_dir: Path) -> tuple[str, bool]:
+        """("overlay", redirect_dir) or ("copy", False) for forks made under forks_dir."""
+        if self.cow == "copy":
+            return "copy", False
+        if forks_dir not in self._overlay_mode:
+            self._overlay_mode[forks_dir] = _probe_overlay(forks_dir)
+        found = self._overlay_mode[forks_dir]
+        if found is None:
+            if self.cow == "overlay":
+                raise BackendUnavailable("overlay forks requested (MINER_COW=overlay) but overlay mounts fail here")
+            return "copy", False
+        return "overlay", found == "redirect"
+
+    def fork(self, healthy: Healthy) -> LocalSandbox:
+        healthy_dir = Path(healthy.ref)
+        workdir = Path(healthy.info.get("workdir", healthy_dir.parent))
+        forks_dir = workdir / "forks"
+        forks_dir.mkdir(parents=True, exist_ok=True)
+        folder = forks_dir / uuid.uuid4().hex[:12]
+        folder.mkdir()
+        mode, redirect = self.cow_mode(forks_dir)
+        if mode == "overlay":
+            upper, work, merged = folder / "upper", folder / "work", folder / "merged"
+            for d in (upper, work, merged):
+                d.mkdir()
+            workspace = Workspace(merged, (healthy_dir, upper, work, merged, redirect))
+        else:
+            subprocess.run(["cp", "-a", "--reflink=auto", str(healthy_dir), str(folder / "ws")], check=True)
+            workspace = Workspace(folder / "ws")
+        limits = Limits(**healthy.info["limits"]) if "limits" in healthy.info else Limits()
+        pip_cache = Path(healthy.info["pip_cache"]) if healthy.info.get("pip_cache") else None
+        return LocalSandbox(healthy, folder, workspace, Confinement(workspace, limits, healthy.site_packages, pip_cache))
+
+    def discard(self, healthy: Healthy) -> None:
+        workdir = Path(healthy.info.get("workdir", Path(healthy.ref).parent))
+        (workdir / MARKER).unlink(missing_ok=True)
+        rmtree(workdir / "forks")
+        rmtree(Path(healthy.ref))
+
+
+def render_env_file(env: dict[str, str]) -> str:
+    """The /sandbox/env.sh text: one shell-quoted export per healthy variable."""
+    lines = ["# miner: the healthy environment, sourced before every command"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    return "\n".join(lines) + "\n"
+
+
+def build_digest(project: Project, spec: BuildSpec) -> str:
+    """What a complete build depends on: reuse a build only when this is unchanged."""
+    return content_id(project.repo, project.commit, spec.python, spec.install_script, spec.env, sys.version)
