@@ -246,9 +246,12 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the types (with templates) as JSON.")
 def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) -> None:
     """List the catalogue of inversion types."""
-    from miner.catalogue import load_catalogue  # lazy: keeps `miner --help` fast
+    from miner.catalogue import CatalogueError, load_catalogue  # lazy: keeps `miner --help` fast
 
-    catalogue = load_catalogue(extra_dirs=extra_dirs)
+    try:
+        catalogue = load_catalogue(extra_dirs=extra_dirs)
+    except CatalogueError as exc:
+        raise click.ClickException(str(exc)) from None
     types = sorted(catalogue.values(), key=lambda t: t.id)
     if family:
         families = sorted({t.family for t in types})
