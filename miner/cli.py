@@ -273,3 +273,51 @@ def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) 
         table.add_row(t.id, t.target, ",".join(t.backends), "yes" if t.whole_suite else "",
                       t.description)
     Console().print(table)
+
+
+@main.command()
+@click.option("--repos", "repos", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default="repos.txt", show_default=True, help="Sources, one a line.")
+@click.option("--types", default=None, help="Comma list of inversion types or families (default: all).")
+@click.option("--max-tasks-per-repo", type=click.IntRange(min=1), default=None, help="Stop a project after N tasks.")
+@click.option("--budget", type=click.IntRange(min=1), default=None, help="Candidates tried per project (default: all).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Order of candidates.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Projects mined in parallel.")
+@click.option("--backend", type=click.Choice(["local", "docker", "auto"]), default="local", show_default=True)
+@click.option("--select", type=click.Choice(["graph", "random"]), default="graph", show_default=True,
+              help="Graph-guided choice of inversion points, or blind.")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per test-suite run.")
+@click.pass_context
+def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo: int | None,
+          budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float) -> None:
+    """Mine repair tasks from every source of a repos file."""
+    from miner.pipeline import CrawlOptions, crawl as run_crawl
+    from miner.progress import CrawlProgress, print_summary
+
+    console = Console()
+
+    store = open_store(ctx, create=True)
+    options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,
+                           jobs=jobs, backend=backend, select=select, timeout=timeout)
+    with CrawlProgress(console) as progress:
+        report = run_crawl(repos, store, options, on_phase=progress.phase)
+    print_summary(console, report)
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--keep", is_flag=True, help="Leave the broken sandbox and print its path.")
+@click.option("--shell", is_flag=True, help="Open a shell inside the broken sandbox.")
+@click.option("--backend", type=click.Choice(["local", "docker"]), default=None, help="Default: the task's own.")
+@click.pass_context
+def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: str | None) -> None:
+    """Rebuild, break step by step, test, fix and test one stored task again."""
+    from miner.replay import replay as run_replay
+
+    console = Console()
+
+    store = open_store(ctx)
+    result = run_replay(store, task_id, say=console.print, keep=keep, shell=shell, backend_name=backend)
+    if not result.ok:
+        raise click.ClickException("the replay differs from the stored task (see above)")
+    console.print("[green]replay reproduces the stored task[/green]")
