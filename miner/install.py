@@ -1,0 +1,412 @@
+"""Decide how to install a project and its test tooling: the BuildSpec a sandbox backend runs.
+
+Reads the project's own metadata (pyproject.toml, setup.cfg, setup.py, an sdist's PKG-INFO) and
+its pytest configuration, and writes one shell script, run in /sandbox/project with the venv
+active and network on, that installs:
+  1. the project itself (`pip install -e .[extras]`, falling back to a plain install),
+  2. test requirements files and PEP 735 dependency groups / poetry groups for tests,
+  3. pytest plus the plugins the pytest configuration relies on (addopts, -p, required_plugins).
+Nothing already installed is upgraded. Source overrides adjust it: `python=3.12`,
+`extras=a,b`, `install=<pip args>`, `env.NAME=value`.
+
+    spec = build_spec(project)
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import email.parser
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from miner.models import Project
+from miner.sandbox.base import BuildError, BuildSpec, Limits
+
+TEST_EXTRAS = ("test", "tests", "testing", "dev")
+TEST_GROUPS = ("test", "tests", "dev")
+REQUIREMENT_GLOBS = (
+    "requirements-test*.txt",
+    "requirements_test*.txt",
+    "test-requirements.txt",
+    "test_requirements.txt",
+    "requirements/test*.txt",
+    "requirements-dev.txt",
+    "dev-requirements.txt",
+    "tests/requirements.txt",
+)
+# addopts option (exact, or prefix when it ends with "*") -> the distribution that provides it
+OPTION_PLUGINS = {
+    "--cov*": "pytest-cov",
+    "--no-cov*": "pytest-cov",
+    "-n": "pytest-xdist",
+    "--numprocesses": "pytest-xdist",
+    "--dist": "pytest-xdist",
+    "--maxprocesses": "pytest-xdist",
+    "--timeout*": "pytest-timeout",
+    "--benchmark-*": "pytest-benchmark",
+    "--reruns*": "pytest-rerunfailures",
+    "--randomly-*": "pytest-randomly",
+    "--asyncio-mode": "pytest-asyncio",
+    "--hypothesis-*": "hypothesis",
+    "--mpl*": "pytest-mpl",
+    "--doctest-glob": "",
+}
+# ini keys that only a plugin understands
+INI_PLUGINS = {
+    "timeout": "pytest-timeout",
+    "timeout_method": "pytest-timeout",
+    "asyncio_mode": "pytest-asyncio",
+    "asyncio_default_fixture_loop_scope": "pytest-asyncio",
+    "env": "pytest-env",
+    "DJANGO_SETTINGS_MODULE": "pytest-django",
+    "django_find_project": "pytest-django",
+    "mock_use_standalone_module": "pytest-mock",
+    "rerun_except": "pytest-rerunfailures",
+}
+# `-p MODULE` -> distribution, where the name does not follow the pytest_x -> pytest-x rule
+PLUGIN_MODULES = {
+    "xdist": "pytest-xdist",
+    "pytest_cov": "pytest-cov",
+    "timeout": "pytest-timeout",
+    "pytest_timeout": "pytest-timeout",
+    "randomly": "pytest-randomly",
+    "anyio": "anyio",
+    "trio": "pytest-trio",
+    "hypothesis": "hypothesis",
+    "pytest_asyncio": "pytest-asyncio",
+    "asyncio": "pytest-asyncio",
+    "pytest_mock": "pytest-mock",
+    "rerunfailures": "pytest-rerunfailures",
+}
+
+
+def normalize(name: str) -> str:
+    """PEP 503/685 normalised name (extras, groups, distributions)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# -- reading project metadata ----------------------------------------------------------------
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
+        return {}
+
+
+def read_ini(path: Path) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep key case (DJANGO_SETTINGS_MODULE)
+    if path.is_file():
+        try:
+            parser.read_string(path.read_text(encoding="utf-8", errors="replace"))
+        except configparser.Error:
+            return configparser.ConfigParser(interpolation=None)
+    return parser
+
+
+def pkg_info_extras(root: Path) -> set[str]:
+    """Provides-Extra of an sdist's PKG-INFO (top level, or the .egg-info setuptools writes)."""
+    extras: set[str] = set()
+    for pkg_info in [root / "PKG-INFO", *root.glob("*.egg-info/PKG-INFO"), *root.glob("src/*.egg-info/PKG-INFO")]:
+        if pkg_info.is_file():
+            message = email.parser.Parser().parsestr(pkg_info.read_text(encoding="utf-8", errors="replace"), headersonly=True)
+            extras.update(message.get_all("Provides-Extra") or [])
+    return extras
+
+
+def _literal_keys(node: ast.AST, assignments: dict[str, ast.AST]) -> set[str]:
+    if isinstance(node, ast.Name) and node.id in assignments:
+        node = assignments[node.id]
+    if isinstance(node, ast.Dict):
+        return {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+        return {kw.arg for kw in node.keywords if kw.arg}
+    return set()
+
+
+def setup_py_extras(path: Path) -> set[str]:
+    """Keys of a literal `extras_require` passed to setup() (directly or through a module-level name)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (SyntaxError, ValueError, OSError):
+        return set()
+    assignments = {
+        target.id: stmt.value
+        for stmt in tree.body
+        if isinstance(stmt, ast.Assign)
+        for target in stmt.targets
+        if isinstance(target, ast.Name)
+    }
+    extras: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg == "extras_require":
+                    extras |= _literal_keys(kw.value, assignments)
+    return extras
+
+
+def declared_extras(root: Path) -> set[str]:
+    """Every optional-dependency extra the project declares, whatever its build tool."""
+    pyproject = read_toml(root / "pyproject.toml")
+    tool = pyproject.get("tool", {})
+    extras = set(pyproject.get("project", {}).get("optional-dependencies", {}))
+    extras |= set(tool.get("poetry", {}).get("extras", {}))
+    extras |= set(tool.get("flit", {}).get("metadata", {}).get("requires-extra", {}))
+    setup_cfg = read_ini(root / "setup.cfg")
+    if setup_cfg.has_section("options.extras_require"):
+        extras |= set(setup_cfg.options("options.extras_require"))
+    if (root / "setup.py").is_file():
+        extras |= setup_py_extras(root / "setup.py")
+    return extras | pkg_info_extras(root)
+
+
+def is_installable(root: Path) -> bool:
+    """Whether pip can install the folder as a distribution (not just a folder of scripts)."""
+    pyproject = read_toml(root / "pyproject.toml")
+    if "build-system" in pyproject or "project" in pyproject:
+        return True
+    return (root / "setup.py").is_file()
+
+
+def dependency_group(groups: dict[str, Any], name: str, seen: frozenset[str] = frozenset()) -> list[str]:
+    """The requirement strings of a PEP 735 group, with include-group entries expanded."""
+    wanted = normalize(name)
+    found = next((v for k, v in groups.items() if normalize(k) == wanted), None)
+    if not isinstance(found, list) or wanted in seen:
+        return []
+    requirements: list[str] = []
+    for item in found:
+        if isinstance(item, str):
+            requirements.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("include-group"), str):
+            requirements += dependency_group(groups, item["include-group"], seen | {wanted})
+    return requirements
+
+
+def poetry_test_requirements(pyproject: dict[str, Any]) -> list[str]:
+    """Names from poetry's test/dev groups (poetry's version syntax is not pip's: names only)."""
+    poetry = pyproject.get("tool", {}).get("poetry", {})
+    tables = [poetry.get("dev-dependencies", {})]
+    tables += [g.get("dependencies", {}) for n, g in poetry.get("group", {}).items() if normalize(n) in TEST_GROUPS]
+    names = {name for table in tables if isinstance(table, dict) for name in table if name.lower() != "python"}
+    return sorted(names)
+
+
+def group_requirements(root: Path) -> list[str]:
+    """Requirements of the project's test dependency groups (PEP 735 and poetry)."""
+    pyproject = read_toml(root / "pyproject.toml")
+    groups = pyproject.get("dependency-groups", {})
+    requirements: list[str] = []
+    if isinstance(groups, dict):
+        for name in TEST_GROUPS:
+            requirements += dependency_group(groups, name)
+    requirements += poetry_test_requirements(pyproject)
+    return list(dict.fromkeys(requirements))
+
+
+def requirement_files(root: Path) -> list[str]:
+    """Project-relative test requirements files."""
+    found: list[str] = []
+    for pattern in REQUIREMENT_GLOBS:
+        found += sorted(p.relative_to(root).as_posix() for p in root.glob(pattern) if p.is_file())
+    return list(dict.fromkeys(found))
+
+
+# -- pytest configuration -----------------------------------------------------------------
+
+
+@dataclass
+class PytestConfig:
+    """The parts of the project's pytest configuration that decide which plugins it needs."""
+
+    addopts: list[str] = field(default_factory=list)
+    required_plugins: list[str] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
+
+
+def _split(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    try:
+        return shlex.split(str(value or ""))
+    except ValueError:
+        return str(value or "").split()
+
+
+def read_pytest_config(root: Path) -> PytestConfig:
+    """The first pytest configuration pytest itself would use, in its own precedence order."""
+    for name, section in (("pytest.ini", "pytest"), (".pytest.ini", "pytest")):
+        ini = read_ini(root / name)
+        if (root / name).is_file():
+            return _ini_config(ini, section)
+    pyproject = read_toml(root / "pyproject.toml").get("tool", {})
+    table = pyproject.get("pytest", {})
+    table = table.get("ini_options", table) if isinstance(table, dict) else {}
+    if table:
+        return PytestConfig(_split(table.get("addopts")), _split(table.get("required_plugins")), set(table))
+    for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
+        ini = read_ini(root / name)
+        if ini.has_section(section):
+            return _ini_config(ini, section)
+    return PytestConfig()
+
+
+def _ini_config(ini: configparser.ConfigParser, section: str) -> PytestConfig:
+    if not ini.has_section(section):
+        return PytestConfig()
+    values = dict(ini.items(section))
+    return PytestConfig(_split(values.get("addopts")), _split(values.get("required_plugins")), set(values))
+
+
+def _option_plugin(token: str) -> str | None:
+    option = token.split("=", 1)[0]
+    for pattern, dist in OPTION_PLUGINS.items():
+        if (pattern.endswith("*") and option.startswith(pattern[:-1])) or option == pattern:
+            return dist or None
+    if re.fullmatch(r"-n(\d+|auto|logical)", option):  # -n4 / -nauto
+        return "pytest-xdist"
+    return None
+
+
+def _module_plugin(module: str, root: Path) -> str | None:
+    module = module.split(".")[0]
+    if module.startswith("no:") or (root / f"{module}.py").exists() or (root / module).is_dir():
+        return None  # disabled, or the project's own plugin module
+    if module in PLUGIN_MODULES:
+        return PLUGIN_MODULES[module]
+    return normalize(module) if module.startswith("pytest_") else None
+
+
+def pytest_plugins(root: Path) -> list[str]:
+    """Distributions the project's pytest configuration needs beyond pytest itself."""
+    config = read_pytest_config(root)
+    needed = list(config.required_plugins)
+    tokens = config.addopts
+    for i, token in enumerate(tokens):
+        if token == "-p" and i + 1 < len(tokens):
+            dist = _module_plugin(tokens[i + 1], root)
+        elif token.startswith("-p") and len(token) > 2 and not token.startswith("--"):
+            dist = _module_plugin(token[2:], root)
+        else:
+            dist = _option_plugin(token)
+        if dist:
+            needed.append(dist)
+    needed += [INI_PLUGINS[k] for k in sorted(config.keys) if k in INI_PLUGINS]
+    return list(dict.fromkeys(needed))
+
+
+# -- interpreter ----------------------------------------------------------------------------
+
+
+def _real_executable(candidate: str) -> str | None:
+    """The interpreter a command name really runs (resolves pyenv shims), or None."""
+    try:
+        done = subprocess.run(
+            [candidate, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = done.stdout.strip()
+    return path if done.returncode == 0 and path else None
+
+
+def resolve_python(version: str | None, backend: str = "local") -> str:
+    """The interpreter that creates the venv: the current one by default, or python<version>.
+
+    Local workspaces need a host path; container backends get a name resolved inside the image.
+    """
+    if backend != "local":
+        return f"python{version}" if version else "python3"
+    if not version:
+        return sys.executable
+    name = f"python{version}"
+    found = shutil.which(name)
+    if found and (real := _real_executable(found)):
+        return real
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
+        for candidate in sorted(Path(root, "versions").glob(f"{version}*/bin/{name}"), reverse=True):
+            if real := _real_executable(str(candidate)):
+                return real
+    raise BuildError(f"no interpreter for python={version} on this machine (tried {name} and pyenv)")
+
+
+# -- the install script ---------------------------------------------------------------------
+
+
+def _pip(args: list[str]) -> str:
+    return "python -m pip install --progress-bar off " + " ".join(shlex.quote(a) for a in args)
+
+
+def _project_lines(root: Path, extras: list[str]) -> list[str]:
+    if not is_installable(root):
+        if (root / "requirements.txt").is_file():
+            return ["# not a distribution: install its requirements", _pip(["-r", "requirements.txt"]) + " || exit 1"]
+        return ["# not a distribution and no requirements.txt: nothing to install for the project itself"]
+    attempts = []
+    if extras:
+        suffix = "[" + ",".join(extras) + "]"
+        attempts += [["-e", f".{suffix}"], [f".{suffix}"]]
+    attempts += [["-e", "."], ["."]]
+    chain = " || ".join(_pip(a) for a in attempts)
+    return ["# the project itself: editable with its test extras if possible", f"{chain} || exit 1"]
+
+
+def _optional_lines(label: str, commands: list[str]) -> list[str]:
+    """Lines that warn instead of failing: the healthy suite shows whether they mattered."""
+    return [f"{c} || echo {shlex.quote(f'miner: warning: {label} failed: {c}')} >&2" for c in commands]
+
+
+def install_script(project: Project, extras: list[str], extra_args: list[str]) -> str:
+    root = project.path
+    lines = ["set -u", *_project_lines(root, extras)]
+    files = requirement_files(root)
+    if files:
+        lines += ["# test requirements files", *_optional_lines("requirements", [_pip(["-r", f]) for f in files])]
+    groups = group_requirements(root)
+    if groups:
+        lines += ["# test dependency groups", *_optional_lines("dependency group", [_pip(groups)])]
+    if extra_args:
+        lines += ["# install= override", _pip(extra_args) + " || exit 1"]
+    plugins = pytest_plugins(root)
+    lines += ["# pytest and the plugins its configuration names", _pip(["pytest"]) + " || exit 1"]
+    if plugins:
+        lines += _optional_lines("pytest plugin", [_pip([p]) for p in plugins])
+    return "\n".join(lines) + "\n"
+
+
+def chosen_extras(project: Project) -> list[str]:
+    """The `extras=` override, else the declared extras among test/tests/testing/dev."""
+    override = project.source.overrides.get("extras")
+    if override is not None:
+        return [e.strip() for e in override.split(",") if e.strip()]
+    declared = {normalize(e): e for e in declared_extras(project.path)}
+    return [declared[name] for name in TEST_EXTRAS if name in declared]
+
+
+def override_env(project: Project) -> dict[str, str]:
+    """`env.NAME=value` overrides: the healthy environment's variables."""
+    return {k.removeprefix("env."): v for k, v in project.source.overrides.items() if k.startswith("env.")}
+
+
+def build_spec(project: Project, limits: Limits | None = None, *, backend: str = "local") -> BuildSpec:
+    """How to build `project`: interpreter, install script, environment, limits."""
+    overrides = project.source.overrides
+    return BuildSpec(
+        python=resolve_python(overrides.get("python"), backend),
+        install_script=install_script(project, chosen_extras(project), shlex.split(overrides.get("install", ""))),
+        env=override_env(project),
+        limits=limits or Limits(),
+    )

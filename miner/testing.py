@@ -1,0 +1,161 @@
+"""Run a project's pytest suite inside a sandbox and read per-test outcomes from its junit XML.
+
+Outcomes come from the XML report (xunit1, which carries each test's file), never from console
+output. Test ids are pytest node ids (`tests/test_x.py::TestK::test_y[param]`) rebuilt from
+the report, so they can be passed back to pytest to run a subset.
+
+    suite = run_suite(sandbox, pytest_command(project))
+    again = run_suite(sandbox, suite_command, tests=["tests/test_x.py::test_y"])
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+import uuid
+import xml.etree.ElementTree as ET
+
+from miner.models import SANDBOX_ROOT, Outcome, Project, RunResult, SuiteRun, TestResult
+from miner.sandbox.base import Sandbox
+
+REPORT_DIR = f"{SANDBOX_ROOT}/.miner"
+DEFAULT_COMMAND = "python -m pytest"
+# Flags appended to every run. A collection error in one module must not hide the other modules'
+# outcomes, so collection errors do not stop the session.
+REPORT_FLAGS = "-o junit_family=xunit1 -p no:cacheprovider -q --continue-on-collection-errors"
+MESSAGE_LINES = 6
+MESSAGE_CHARS = 1000
+TAIL_CHARS = 4000
+NOT_FOUND = re.compile(r"^ERROR: not found: (\S.*?)\s*$", re.MULTILINE)
+
+
+def pytest_command(project: Project) -> str:
+    """The project's test command: the `test=` override, else `python -m pytest`."""
+    return project.source.overrides.get("test") or DEFAULT_COMMAND
+
+
+def suite_command(command: str, report: str, tests: list[str] | None = None) -> str:
+    """The shell command that runs `command` writing a junit report (and only `tests`, if given)."""
+    parts = [command, f"--junitxml={shlex.quote(report)}", REPORT_FLAGS]
+    if tests:
+        parts += [shlex.quote(t) for t in tests]
+    return " ".join(parts)
+
+
+def run_suite(sandbox: Sandbox, command: str, tests: list[str] | None = None, timeout: float | None = None) -> SuiteRun:
+    """Run the suite (or just `tests`) and return one TestResult per test in the report.
+
+    Asked-for ids absent from the report are "missing". A run without a readable report
+    (collection crash, timeout) has no results; its output tail says why.
+    """
+    if tests is not None and not tests:
+        return SuiteRun(command=command, exit_code=0, duration=0.0)
+    start = time.monotonic()
+    result, results = _run_once(sandbox, command, tests, timeout)
+    unknown = set(NOT_FOUND.findall(result.output)) if tests else set()
+    if unknown and not results:
+        # pytest runs nothing when one asked-for id does not exist: run again without those.
+        remaining = [t for t in tests or [] if t not in unknown]
+        if remaining:
+            left = None if timeout is None else max(1.0, timeout - (time.monotonic() - start))
+            result, results = _run_once(sandbox, command, remaining, left)
+    for test_id in tests or []:
+        results.setdefault(test_id, TestResult(id=test_id, outcome="missing"))
+    return SuiteRun(
+        command=command,
+        exit_code=result.exit_code,
+        duration=round(time.monotonic() - start, 3),
+        results=results,
+        output_tail=result.output[-TAIL_CHARS:],
+        timed_out=result.timed_out,
+    )
+
+
+def _run_once(
+    sandbox: Sandbox, command: str, tests: list[str] | None, timeout: float | None
+) -> tuple[RunResult, dict[str, TestResult]]:
+    report = f"{REPORT_DIR}/report-{uuid.uuid4().hex[:12]}.xml"
+    result = sandbox.run(f"mkdir -p {REPORT_DIR}; {suite_command(command, report, tests)}", timeout=timeout)
+    data = sandbox.read(report)
+    sandbox.run(f"rm -f {shlex.quote(report)}", timeout=60)
+    return result, parse_junit(data) if data else {}
+
+
+# -- junit XML --------------------------------------------------------------------------------
+
+
+def _module_of(path: str) -> str:
+    """How pytest's junit writer turns a file path into a dotted classname prefix."""
+    return re.sub(r"\.py$", "", path).replace("/", ".")
+
+
+def _split_classname(classname: str, file: str | None, modules: dict[str, str]) -> tuple[str, str]:
+    """(file path, dotted class path) of a test's classname."""
+    if file and (classname == _module_of(file) or classname.startswith(_module_of(file) + ".")):
+        return file, classname[len(_module_of(file)) + 1 :]
+    # The function is defined elsewhere (an inherited test): use a module seen in this report...
+    known = [m for m in modules if classname == m or classname.startswith(m + ".")]
+    if known:
+        module = max(known, key=len)
+        return modules[module], classname[len(module) + 1 :]
+    # ...or take the leading lowercase parts as the module and the rest as classes.
+    parts = classname.split(".")
+    cut = next((i for i, p in enumerate(parts) if p[:1].isupper()), len(parts))
+    return "/".join(parts[:cut]) + ".py", ".".join(parts[cut:])
+
+
+def node_id(classname: str, name: str, file: str | None, modules: dict[str, str] | None = None) -> str:
+    """The pytest node id of an xunit1 testcase."""
+    if not classname:  # a collection error: the name is the module
+        return file or name.replace(".", "/") + ".py"
+    path, classes = _split_classname(classname, file, modules or {})
+    return "::".join([path, *[c for c in classes.split(".") if c], name])
+
+
+def _message(element: ET.Element) -> str:
+    text = element.get("message") or element.text or ""
+    lines = text.strip().splitlines()[:MESSAGE_LINES]
+    return "\n".join(lines)[:MESSAGE_CHARS]
+
+
+def _outcome(case: ET.Element) -> tuple[Outcome, str]:
+    for tag, outcome in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+        found = case.find(tag)
+        if found is not None:
+            return outcome, _message(found)  # type: ignore[return-value]
+    return "passed", ""
+
+
+def parse_junit(data: bytes | str) -> dict[str, TestResult]:
+    """TestResults keyed by node id from an xunit1 junit report; {} when it cannot be parsed."""
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError:
+        return {}
+    cases = list(root.iter("testcase"))
+    modules = {}
+    for case in cases:
+        file, classname = case.get("file"), case.get("classname", "")
+        if file and classname and (classname == _module_of(file) or classname.startswith(_module_of(file) + ".")):
+            modules[_module_of(file)] = file
+    results: dict[str, TestResult] = {}
+    for case in cases:
+        test_id = node_id(case.get("classname", ""), case.get("name", ""), case.get("file"), modules)
+        outcome, message = _outcome(case)
+        try:
+            duration = float(case.get("time") or 0.0)
+        except ValueError:
+            duration = 0.0
+        results[test_id] = TestResult(id=test_id, outcome=outcome, duration=duration, message=message)
+    return results
+
+
+def outcome_diff(before: dict[str, Outcome], after: dict[str, Outcome]) -> list[tuple[str, Outcome, Outcome]]:
+    """(id, old, new) for every test whose outcome changed; a test absent on one side is "missing"."""
+    changed = []
+    for test_id in sorted(set(before) | set(after)):
+        old, new = before.get(test_id, "missing"), after.get(test_id, "missing")
+        if old != new:
+            changed.append((test_id, old, new))
+    return changed
