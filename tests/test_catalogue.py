@@ -1,0 +1,162 @@
+"""The catalogue: YAML types load, validate, select and render into syntactically valid bash."""
+
+from __future__ import annotations
+
+import fnmatch
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from miner.catalogue import REPO_DIR, CatalogueError, load_catalogue, render, select_types
+from miner.models import Target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SAMPLE_TARGETS = {
+    "distribution": Target(kind="distribution", name="six", attrs={"version": "1.17.0", "project_own": False}),
+    "module": Target(kind="module", name="six", path="six.py", attrs={"dist": "six", "version": "1.17.0"}),
+    "config": Target(kind="config", name="conf/app.yaml", path="conf/app.yaml",
+                     attrs={"format": "yaml", "size": 40, "mode": "644"}),
+    "data": Target(kind="data", name="data/rows.csv", path="data/rows.csv", attrs={"size": 40, "mode": "644"}),
+    "script": Target(kind="script", name="greet", path="bin/greet", attrs={"dist": "greeter"}),
+    "envvar": Target(kind="envvar", name="APP_MODE", attrs={"value": "production"}),
+}
+SAMPLE_CONTEXT = {
+    "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "six", "version": "1.17.0",
+    "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "broken_b64": "aGVsbAo=",
+    "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution",
+}
+GOOD_TYPE = """\
+description: test type
+target: data
+summary: "{{ target.path }} emptied"
+break_script: |
+  set -euo pipefail
+  : > "$MINER_PROJECT"/{{ target.path | q }}
+fix_script: |
+  set -euo pipefail
+  base64 -d > "$MINER_PROJECT"/{{ target.path | q }} <<'B64'
+  {{ original_b64 }}
+  B64
+"""
+
+
+def bash_syntax_ok(script: str) -> bool:
+    return subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True).returncode == 0
+
+
+def write_type(root: Path, type_id: str, text: str) -> Path:
+    path = root / f"{type_id}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_catalogue_has_enough_types_and_families():
+    catalogue = load_catalogue()
+    families = {t.family for t in catalogue.values()}
+    assert len(catalogue) >= 10
+    assert {"deps", "config", "data", "fs", "env"} <= families
+    for type_id, itype in catalogue.items():
+        assert type_id == itype.id == f"{itype.family}/{type_id.split('/', 1)[1]}"
+        assert set(itype.backends) == {"local", "docker"}
+        assert itype.description and itype.summary
+
+
+def test_every_type_renders_to_valid_bash():
+    for itype in load_catalogue().values():
+        formats = ["ini", "toml", "yaml", "json"] if itype.target == "config" else [None]
+        for fmt in formats:
+            target = SAMPLE_TARGETS[itype.target]
+            if fmt:
+                target = target.model_copy(update={"attrs": {**target.attrs, "format": fmt}})
+            inversion = render(itype, target, SAMPLE_CONTEXT)
+            assert inversion.type_id == itype.id and inversion.family == itype.family
+            assert "\n" not in inversion.summary and inversion.summary
+            for script in (inversion.break_script, inversion.fix_script):
+                assert script.startswith("set -euo pipefail\n"), itype.id
+                assert bash_syntax_ok(script), f"{itype.id}: {script}"
+            assert inversion.network_fix == itype.network.get("fix", False)
+
+
+def test_network_flags_follow_pip_use():
+    for itype in load_catalogue().values():
+        uses_index = "pip install" in itype.fix_script
+        assert itype.network.get("fix", False) == uses_index, itype.id
+        assert itype.network.get("break", False) == ("pip install" in itype.break_script), itype.id
+
+
+def test_render_missing_context_names_the_type():
+    itype = load_catalogue()["deps/uninstall"]
+    with pytest.raises(CatalogueError, match="deps/uninstall.*version"):
+        render(itype, SAMPLE_TARGETS["distribution"], {})
+
+
+def test_render_refuses_wrong_target_kind():
+    with pytest.raises(CatalogueError, match="distribution"):
+        render(load_catalogue()["deps/uninstall"], SAMPLE_TARGETS["data"], SAMPLE_CONTEXT)
+
+
+def test_shell_quoting_of_names():
+    itype = load_catalogue()["env/unset-var"]
+    target = Target(kind="envvar", name="APP_MODE", attrs={})
+    inversion = render(itype, target, {"value": "it's $HOME"})
+    assert bash_syntax_ok(inversion.fix_script)
+    assert "'\"'\"'" in inversion.fix_script  # the single quote survives two levels of quoting
+
+
+def test_select_types_by_family_and_id():
+    catalogue = load_catalogue()
+    assert select_types(catalogue, None) == list(catalogue.values())
+    deps = select_types(catalogue, "deps")
+    assert deps and all(t.family == "deps" for t in deps)
+    mixed = select_types(catalogue, " data/crlf , env,data/crlf")
+    assert [t.id for t in mixed] == sorted({"data/crlf", *(t.id for t in catalogue.values() if t.family == "env")})
+    with pytest.raises(CatalogueError, match="nosuch"):
+        select_types(catalogue, "deps,nosuch")
+
+
+def test_extra_dir_adds_and_overrides_types(tmp_path):
+    write_type(tmp_path, "data/emptied", GOOD_TYPE)
+    write_type(tmp_path, "data/crlf", GOOD_TYPE.replace("test type", "overridden"))
+    catalogue = load_catalogue([tmp_path])
+    assert catalogue["data/emptied"].family == "data"
+    assert catalogue["data/crlf"].description == "overridden"
+    assert len(catalogue) == len(load_catalogue()) + 1
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("description: x\ntarget: [unclosed\n", "not valid YAML"),
+    ("- a list\n", "mapping"),
+    (GOOD_TYPE.replace("target: data", "target: planet"), "target"),
+    (GOOD_TYPE + "colour: blue\n", "colour"),
+    (GOOD_TYPE + "backends: [cloud]\n", "backends"),
+    (GOOD_TYPE + "network: {brake: true}\n", "network"),
+    (GOOD_TYPE + "weight: 0\n", "weight"),
+    (GOOD_TYPE.replace("emptied", "{{ emptied"), "summary"),
+    (GOOD_TYPE + "id: data/other\n", "disagree"),
+])
+def test_bad_files_give_errors_naming_the_file(tmp_path, text, reason):
+    path = write_type(tmp_path, "data/broken-type", text)
+    with pytest.raises(CatalogueError) as info:
+        load_catalogue([tmp_path])
+    assert str(path) in str(info.value)
+    assert reason in str(info.value)
+
+
+def test_missing_extra_dir_is_an_error(tmp_path):
+    with pytest.raises(CatalogueError, match="not found"):
+        load_catalogue([tmp_path / "absent"])
+
+
+def test_catalogue_ships_as_package_data():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"]["miner.catalogue_data"] == "inversions"
+    assert "miner.catalogue_data" in config["packages"]
+    patterns = config["package-data"]["miner.catalogue_data"]
+    files = [p.relative_to(REPO_DIR).as_posix() for p in REPO_DIR.rglob("*.yaml")]
+    assert files and REPO_DIR == ROOT / "inversions"
+    for rel in files:
+        assert any(fnmatch.fnmatch(rel, pattern) for pattern in patterns), rel
