@@ -16,7 +16,7 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 
-from miner.models import SANDBOX_ROOT, Outcome, Project, RunResult, SuiteRun, TestResult
+from miner.models import PROJECT_DIR, SANDBOX_ROOT, Outcome, Project, RunResult, SuiteRun, TestResult
 from miner.sandbox.base import Sandbox
 
 REPORT_DIR = f"{SANDBOX_ROOT}/.miner"
@@ -27,7 +27,9 @@ REPORT_FLAGS = "-o junit_family=xunit1 -p no:cacheprovider -q --continue-on-coll
 MESSAGE_LINES = 6
 MESSAGE_CHARS = 1000
 TAIL_CHARS = 4000
-NOT_FOUND = re.compile(r"^ERROR: not found: (\S.*?)\s*$", re.MULTILINE)
+# How pytest refuses asked-for ids it cannot collect (it then runs nothing at all).
+NOT_FOUND = re.compile(r"^ERROR: (?:not found:|found no collectors for) (\S.*?)\s*$", re.MULTILINE)
+RETRIES = 3
 
 
 def pytest_command(project: Project) -> str:
@@ -52,14 +54,20 @@ def run_suite(sandbox: Sandbox, command: str, tests: list[str] | None = None, ti
     if tests is not None and not tests:
         return SuiteRun(command=command, exit_code=0, duration=0.0)
     start = time.monotonic()
-    result, results = _run_once(sandbox, command, tests, timeout)
-    unknown = set(NOT_FOUND.findall(result.output)) if tests else set()
-    if unknown and not results:
-        # pytest runs nothing when one asked-for id does not exist: run again without those.
-        remaining = [t for t in tests or [] if t not in unknown]
-        if remaining:
-            left = None if timeout is None else max(1.0, timeout - (time.monotonic() - start))
-            result, results = _run_once(sandbox, command, remaining, left)
+    wanted = list(tests) if tests is not None else None
+    result, results = _run_once(sandbox, command, wanted, timeout)
+    for _ in range(RETRIES):
+        refused = _refused(result.output) if wanted else set()
+        if not refused or result.timed_out:
+            break
+        # pytest runs nothing when one asked-for id cannot be collected: run again without those,
+        # keeping the collection errors the refused run reported.
+        wanted = [t for t in wanted or [] if t not in refused]
+        if not wanted:
+            break
+        left = None if timeout is None else max(1.0, timeout - (time.monotonic() - start))
+        result, retried = _run_once(sandbox, command, wanted, left)
+        results |= retried
     for test_id in tests or []:
         results.setdefault(test_id, TestResult(id=test_id, outcome="missing"))
     return SuiteRun(
@@ -70,6 +78,11 @@ def run_suite(sandbox: Sandbox, command: str, tests: list[str] | None = None, ti
         output_tail=result.output[-TAIL_CHARS:],
         timed_out=result.timed_out,
     )
+
+
+def _refused(output: str) -> set[str]:
+    """Asked-for ids pytest could not collect, made relative to the project again."""
+    return {found.removeprefix(PROJECT_DIR + "/") for found in NOT_FOUND.findall(output)}
 
 
 def _run_once(
