@@ -288,7 +288,7 @@ def _module_plugin(module: str, root: Path) -> str | None:
     return normalize(module) if module.startswith("pytest_") else None
 
 
-def pytest_plugins(root: Path) -> list[str]:
+def needed_plugins(root: Path) -> list[str]:
     """Distributions the project's pytest configuration needs beyond pytest itself."""
     config = read_pytest_config(root)
     needed = list(config.required_plugins)
@@ -380,7 +380,7 @@ def install_script(project: Project, extras: list[str], extra_args: list[str]) -
         lines += ["# test dependency groups", *_optional_lines("dependency group", [_pip(groups)])]
     if extra_args:
         lines += ["# install= override", _pip(extra_args) + " || exit 1"]
-    plugins = pytest_plugins(root)
+    plugins = needed_plugins(root)
     lines += ["# pytest and the plugins its configuration names", _pip(["pytest"]) + " || exit 1"]
     if plugins:
         lines += _optional_lines("pytest plugin", [_pip([p]) for p in plugins])

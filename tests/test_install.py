@@ -1,0 +1,266 @@
+"""Build specs: what gets installed for setuptools/flit/hatch/poetry projects, sdists and folders."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from miner.install import (
+    build_spec,
+    chosen_extras,
+    declared_extras,
+    group_requirements,
+    install_script,
+    needed_plugins,
+    requirement_files,
+    resolve_python,
+)
+from miner.models import Project, Source
+from miner.sandbox.base import BuildError, Limits
+from miner.sandbox.local import LocalBackend
+from miner.testing import pytest_command, run_suite
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    return root
+
+
+def project(root: Path, files: dict[str, str], overrides: dict[str, str] | None = None) -> Project:
+    write(root, files)
+    source = Source(raw=str(root), kind="local", location=str(root), overrides=overrides or {})
+    return Project(source=source, repo=str(root), commit="1", path=root)
+
+
+# -- metadata detection ---------------------------------------------------------------------
+
+
+def test_extras_from_every_metadata_format(tmp_path: Path) -> None:
+    pep621 = project(tmp_path / "a", {"pyproject.toml": '[project]\nname="a"\n[project.optional-dependencies]\ntest=["x"]\ndocs=["y"]\n'})
+    assert declared_extras(pep621.path) == {"test", "docs"}
+    assert chosen_extras(pep621) == ["test"]
+    cfg = project(tmp_path / "b", {"setup.cfg": "[options.extras_require]\nTesting = pytest\ndev = x\n", "setup.py": "x"})
+    assert chosen_extras(cfg) == ["Testing", "dev"]
+    setup_py = project(
+        tmp_path / "c",
+        {"setup.py": "from setuptools import setup\nEXTRAS = {'tests': ['six'], 'speed': []}\nsetup(name='c', extras_require=EXTRAS)\n"},
+    )
+    assert declared_extras(setup_py.path) == {"tests", "speed"}
+    sdist = project(tmp_path / "d", {"PKG-INFO": "Metadata-Version: 2.1\nName: d\nProvides-Extra: test\nProvides-Extra: cli\n\nbody"})
+    assert chosen_extras(sdist) == ["test"]
+    poetry = project(tmp_path / "e", {"pyproject.toml": '[tool.poetry.extras]\ntests=["x"]\n'})
+    assert chosen_extras(poetry) == ["tests"]
+    overridden = project(tmp_path / "f", {"PKG-INFO": "Name: f\nProvides-Extra: test\n\n"}, {"extras": "cli, full"})
+    assert chosen_extras(overridden) == ["cli", "full"]
+    assert chosen_extras(project(tmp_path / "g", {"PKG-INFO": "Name: g\n\n"}, {"extras": ""})) == []
+
+
+def test_dependency_groups_and_poetry_groups(tmp_path: Path) -> None:
+    root = write(
+        tmp_path,
+        {
+            "pyproject.toml": """
+            [dependency-groups]
+            lint = ["ruff"]
+            test = ["pytest>=7", {include-group = "lint"}]
+            docs = ["sphinx"]
+
+            [tool.poetry.group.dev.dependencies]
+            python = "^3.9"
+            pytest-mock = "^3.0"
+            """
+        },
+    )
+    assert group_requirements(root) == ["pytest>=7", "ruff", "pytest-mock"]
+
+
+def test_requirement_files(tmp_path: Path) -> None:
+    root = write(
+        tmp_path,
+        {"requirements.txt": "", "requirements-test.txt": "", "requirements/tests.txt": "", "dev-requirements.txt": "", "docs.txt": ""},
+    )
+    assert requirement_files(root) == ["requirements-test.txt", "requirements/tests.txt", "dev-requirements.txt"]
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"pytest.ini": "[pytest]\naddopts = --cov=pkg -n 2 -p pytest_mock --timeout=30\n"}, ["pytest-cov", "pytest-xdist", "pytest-mock", "pytest-timeout"]),
+        ({"tox.ini": "[pytest]\naddopts = -nauto --benchmark-skip -p no:randomly\n"}, ["pytest-xdist", "pytest-benchmark"]),
+        ({"setup.cfg": "[tool:pytest]\nrequired_plugins = pytest-env>=1\nasyncio_mode = auto\n"}, ["pytest-env>=1", "pytest-asyncio"]),
+        ({"pyproject.toml": '[tool.pytest.ini_options]\naddopts = ["--dist=loadfile", "-p", "myplugin"]\ntimeout = 10\n', "myplugin.py": ""}, ["pytest-xdist", "pytest-timeout"]),
+        # pytest.ini wins over the others, as in pytest itself
+        ({"pytest.ini": "[pytest]\n", "setup.cfg": "[tool:pytest]\naddopts = --cov\n"}, []),
+        ({"setup.cfg": "[metadata]\nname = x\n"}, []),
+    ],
+)
+def test_pytest_plugins_from_config(tmp_path: Path, files: dict[str, str], expected: list[str]) -> None:
+    assert needed_plugins(write(tmp_path, files)) == expected
+
+
+def test_script_shape_and_overrides(tmp_path: Path) -> None:
+    proj = project(
+        tmp_path,
+        {
+            "pyproject.toml": '[build-system]\nrequires=["flit_core"]\nbuild-backend="flit_core.buildapi"\n[project]\nname="p"\n'
+            '[project.optional-dependencies]\ntest=["six"]\n[tool.pytest.ini_options]\naddopts="--timeout=5"\n',
+            "requirements-test.txt": "six\n",
+        },
+        {"install": "--pre python-dateutil", "env.API_KEY": "a b", "env.MODE": "x"},
+    )
+    spec = build_spec(proj, Limits(timeout=12))
+    script = spec.install_script
+    assert spec.python == sys.executable and spec.limits.timeout == 12
+    assert spec.env == {"API_KEY": "a b", "MODE": "x"}
+    assert "-e '.[test]'" in script and "-r requirements-test.txt" in script
+    assert "--pre python-dateutil" in script and "pip install --progress-bar off pytest-timeout" in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    order = [script.index(s) for s in ("-e '.[test]'", "requirements-test.txt", "--pre", "off pytest ||", "pytest-timeout")]
+    assert order == sorted(order)
+
+
+def test_folder_that_is_not_a_distribution(tmp_path: Path) -> None:
+    with_reqs = project(tmp_path / "a", {"requirements.txt": "six\n", "pyproject.toml": "[tool.black]\nline-length = 100\n"})
+    script = install_script(with_reqs, [], [])
+    assert "-r requirements.txt" in script and "-e ." not in script
+    bare = project(tmp_path / "b", {"app.py": ""})
+    assert "pip install --progress-bar off -e" not in install_script(bare, [], [])
+
+
+def test_python_override(tmp_path: Path) -> None:
+    assert resolve_python(None) == sys.executable
+    assert resolve_python("3.12", backend="docker") == "python3.12"
+    with pytest.raises(BuildError):
+        resolve_python("2.1")
+    current = f"{sys.version_info.major}.{sys.version_info.minor}"
+    found = resolve_python(current)
+    out = subprocess.run([found, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True).stdout
+    assert out.strip() == str(tuple(sys.version_info[:2]))
+    assert "shims" not in found  # a pyenv shim would not work inside the sandbox
+
+
+# -- real builds ----------------------------------------------------------------------------
+
+
+def build_and_test(proj: Project, workdir: Path) -> dict[str, str]:
+    backend = LocalBackend()
+    healthy = backend.build(proj, build_spec(proj, Limits(timeout=400)), workdir)
+    with backend.fork(healthy) as box:
+        suite = run_suite(box, pytest_command(proj), timeout=300)
+    assert suite.results, suite.output_tail
+    return suite.outcomes()
+
+
+def test_build_setup_py_only_with_unittest_tests(tmp_path: Path) -> None:
+    proj = project(
+        tmp_path / "src",
+        {
+            "setup.py": """
+            from setuptools import setup
+            setup(name="legacy", version="1.0", py_modules=["legacy"], extras_require={"test": ["six"]})
+            """,
+            "legacy.py": "def shout(s):\n    return s.upper()\n",
+            "tests/test_legacy.py": """
+            import unittest
+            import six
+            import legacy
+
+            class LegacyTest(unittest.TestCase):
+                def test_shout(self):
+                    self.assertEqual(legacy.shout("a"), "A")
+                    self.assertTrue(six.PY3)
+            """,
+        },
+    )
+    assert build_and_test(proj, tmp_path / "work") == {"tests/test_legacy.py::LegacyTest::test_shout": "passed"}
+
+
+def test_build_flit_with_test_extra_and_config_plugin(tmp_path: Path) -> None:
+    proj = project(
+        tmp_path / "src",
+        {
+            "pyproject.toml": """
+            [build-system]
+            requires = ["flit_core>=3.4"]
+            build-backend = "flit_core.buildapi"
+
+            [project]
+            name = "flitty"
+            version = "0.1"
+            description = "x"
+
+            [project.optional-dependencies]
+            test = ["python-dateutil"]
+
+            [tool.pytest.ini_options]
+            addopts = "--timeout=60"
+            """,
+            "flitty/__init__.py": '"""x"""\n',
+            "tests/test_f.py": "from dateutil import parser\n\ndef test_parse():\n    assert parser.parse('2020-01-02').day == 2\n",
+        },
+        {"env.FLITTY_MODE": "fast"},
+    )
+    assert build_and_test(proj, tmp_path / "work") == {"tests/test_f.py::test_parse": "passed"}
+
+
+def test_build_poetry_core_and_hatch(tmp_path: Path) -> None:
+    poetry = project(
+        tmp_path / "poetry",
+        {
+            "pyproject.toml": """
+            [build-system]
+            requires = ["poetry-core>=1.0"]
+            build-backend = "poetry.core.masonry.api"
+
+            [tool.poetry]
+            name = "poet"
+            version = "0.1.0"
+            description = ""
+            authors = ["A <a@example.org>"]
+
+            [tool.poetry.dependencies]
+            python = ">=3.8"
+            six = "*"
+
+            [tool.poetry.group.test.dependencies]
+            python-dateutil = "^2.8"
+            """,
+            "poet/__init__.py": "import six\n",
+            "tests/test_p.py": "import dateutil, poet\n\ndef test_ok():\n    assert poet.six\n",
+        },
+    )
+    assert build_and_test(poetry, tmp_path / "work-poetry") == {"tests/test_p.py::test_ok": "passed"}
+    hatch = project(
+        tmp_path / "hatch",
+        {
+            "pyproject.toml": """
+            [build-system]
+            requires = ["hatchling"]
+            build-backend = "hatchling.build"
+
+            [project]
+            name = "hatched"
+            version = "0.1"
+
+            [dependency-groups]
+            test = ["six"]
+            """,
+            "src/hatched/__init__.py": "VALUE = 3\n",
+            "tests/test_h.py": "import six\nfrom hatched import VALUE\n\ndef test_value():\n    assert VALUE == 3\n",
+        },
+    )
+    assert build_and_test(hatch, tmp_path / "work-hatch") == {"tests/test_h.py::test_value": "passed"}
+
+
+def test_build_fails_when_the_project_cannot_install(tmp_path: Path) -> None:
+    proj = project(tmp_path / "src", {"setup.py": "raise SystemExit('cannot build here')\n"})
+    with pytest.raises(BuildError) as caught:
+        LocalBackend().build(proj, build_spec(proj, Limits(timeout=300)), tmp_path / "work")
+    assert "cannot build here" in caught.value.log
