@@ -349,15 +349,25 @@ def _clone_or_update(url: str, bare: Path, ref: str | None) -> git.Repo:
         tmp.rename(bare)
         return git.Repo(bare)
     repo = git.Repo(bare)
-    if ref and _HEX_SHA.match(ref) and _rev_parse(repo, ref):
+    if ref and _HEX_SHA.match(ref) and (_rev_parse(repo, ref) or "").startswith(ref.lower()):
         return repo  # a commit already cached never changes: no need to reach the remote
     try:
         with repo.git.custom_environment(**env):
             repo.git.fetch("--prune", "--force", "origin",
                            "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+            if ref is None:
+                _follow_remote_head(repo)
     except git.GitCommandError as exc:
         raise FetchError(f"cannot fetch {url}: {_git_error(exc)}") from None
     return repo
+
+
+def _follow_remote_head(repo: git.Repo) -> None:
+    """Point the cached clone's HEAD at the remote's current default branch."""
+    for line in repo.git.ls_remote("--symref", "origin", "HEAD").splitlines():
+        if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD"):
+            repo.git.symbolic_ref("HEAD", line.removeprefix("ref: ").split("\t")[0])
+            return
 
 
 def _rev_parse(repo: git.Repo, ref: str) -> str | None:
@@ -496,7 +506,7 @@ def _fetch_pypi(source: Source, cache: Path) -> Project:
         sha = _file_sha256(sdist)
         unpacked = entry / f"src-{sha[:12]}"
         if not unpacked.exists():
-            _unpack_sdist(sdist, unpacked)
+            unpack_archive(sdist, unpacked)
     return Project(source=source, repo=f"pypi:{canonical}", commit=sha, path=_sdist_root(unpacked))
 
 
@@ -531,7 +541,8 @@ def _pip_reason(name: str, version: str, output: str) -> str:
     return f"pip download of {name}=={version} failed: {detail}"
 
 
-def _unpack_sdist(sdist: Path, dest: Path) -> None:
+def unpack_archive(sdist: Path, dest: Path) -> None:
+    """Unpack a .tar.* or .zip archive into the new folder dest, refusing unsafe members."""
     tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
     try:
         if sdist.name.endswith(".zip"):
