@@ -188,13 +188,53 @@ def test_limits_applied(built: tuple[LocalBackend, Healthy, Path], tmp_path: Pat
         ref=healthy.ref,
         project=healthy.project,
         site_packages=healthy.site_packages,
-        info={**healthy.info, "limits": {"timeout": 60, "memory_mb": 512, "processes": 2000, "cpus": 1}},
+        info={**healthy.info, "limits": {"timeout": 60, "memory_mb": 512, "processes": 30, "cpus": 1}},
     )
     with backend.fork(tight) as box:
         assert box.run("ulimit -v").output.strip() == str(512 * 1024)
-        assert box.run("ulimit -u").output.strip() == "2000"
         hog = box.run("python -c 'x = bytearray(1024 * 1024 * 1024)'")
         assert hog.exit_code != 0 and "MemoryError" in hog.output
+        forker = textwrap.dedent(
+            """
+            import os, time
+            started = 0
+            try:
+                for _ in range(100):
+                    if os.fork() == 0:
+                        time.sleep(2)
+                        os._exit(0)
+                    started += 1
+            except BlockingIOError:
+                print("limited at", started)
+            """
+        )
+        box.put("/sandbox/home/forker.py", forker.encode())
+        limited = box.run("python /sandbox/home/forker.py")
+        assert limited.output.startswith("limited at"), limited.output
+        assert int(limited.output.split()[-1]) < 30
+
+
+def test_cow_mode_override(built: tuple[LocalBackend, Healthy, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, healthy, workdir = built
+    monkeypatch.setenv("MINER_COW", "copy")
+    assert LocalBackend().cow_mode(workdir / "forks") == ("copy", False)
+    with LocalBackend().fork(healthy) as box:
+        assert (Path(box.location) / "ws" / "project").is_dir()
+    monkeypatch.setenv("MINER_COW", "bogus")
+    with pytest.raises(ValueError):
+        LocalBackend()
+
+
+def test_shell_runs_inside(built: tuple[LocalBackend, Healthy, Path]) -> None:
+    backend, healthy, _ = built
+    with backend.fork(healthy) as box:
+        argv = box.confinement.shell_argv()
+        done = subprocess.run(
+            argv, input="echo \"at $PWD with $TINY_GREETING\"; touch /work/escape-shell\nexit\n",
+            capture_output=True, text=True, env=box.confinement.env(False), timeout=60,
+        )
+    assert "at /sandbox/project with hello 'world' $HOME" in done.stdout
+    assert "Read-only file system" in done.stderr
 
 
 def test_build_is_reused_when_complete(built: tuple[LocalBackend, Healthy, Path]) -> None:

@@ -59,6 +59,9 @@ HOST_NETWORK_ENV = (  # host variables passed through only to commands that have
     "NO_PROXY",
 )
 SANDBOX_PATH = f"{VENV_DIR}/bin:/usr/local/bin:/usr/bin:/bin"
+# Where per-command pids cgroups can be made: cgroup v1's pids hierarchy, or the v2 root.
+PIDS_HIERARCHIES = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+PIDS_PREFIX = "miner-"
 
 
 def _tail(text: str, limit: int = MAX_OUTPUT) -> str:
@@ -95,6 +98,84 @@ def _root_binds() -> list[str]:
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     return args
+
+
+class PidsLimit:
+    """A pids cgroup for one command: the process limit that holds even for root.
+
+    `ulimit -u` is not enforced for processes whose real uid is 0, so as root the limit is a
+    cgroup (one flat, short-lived child of the pids hierarchy per command). When no pids
+    hierarchy is writable, `ulimit -u` (effective for other users) is all there is.
+    """
+
+    _base: Path | None | bool = False  # False: not probed yet
+
+    def __init__(self, processes: int) -> None:
+        self.path: Path | None = None
+        base = self.base()
+        if base is None:
+            return
+        path = base / f"{PIDS_PREFIX}{uuid.uuid4().hex[:12]}"
+        try:
+            path.mkdir()
+            (path / "pids.max").write_text(str(processes))
+            self.path = path
+        except OSError:
+            self.release_path(path)
+
+    @classmethod
+    def base(cls) -> Path | None:
+        if cls._base is False:
+            cls._base = None
+            for hierarchy in PIDS_HIERARCHIES:
+                probe = hierarchy / f"{PIDS_PREFIX}probe-{uuid.uuid4().hex[:8]}"
+                try:
+                    probe.mkdir()
+                except OSError:
+                    continue
+                usable = (probe / "pids.max").exists()
+                cls.release_path(probe)
+                if usable:
+                    cls._base = hierarchy
+                    cls.sweep(hierarchy)
+                    break
+        return cls._base  # type: ignore[return-value]
+
+    @staticmethod
+    def sweep(hierarchy: Path) -> None:
+        """Remove empty cgroups that earlier, interrupted runs left behind."""
+        for stale in hierarchy.glob(f"{PIDS_PREFIX}*"):
+            try:
+                if not (stale / "cgroup.procs").read_text().strip():
+                    stale.rmdir()
+            except OSError:
+                pass
+
+    @staticmethod
+    def release_path(path: Path, wait: float = 0.0) -> None:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return  # still busy: swept on a later start
+                time.sleep(0.05)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """argv started inside the cgroup."""
+        if self.path is None:
+            return argv
+        script = f'echo $$ > {shlex.quote(str(self.path / "cgroup.procs"))} && exec "$@"'
+        return ["sh", "-c", script, "sh", *argv]
+
+    def release(self) -> None:
+        if self.path is not None:
+            self.release_path(self.path, wait=2.0)
+            self.path = None
 
 
 def _overlay_options(lower: Path, upper: Path, work: Path, redirect: bool) -> str:
@@ -201,8 +282,17 @@ class Confinement:
         return self.workspace.wrap([*self.bwrap(network=False, interactive=True), "bash", "-c", script])
 
 
-def execute(argv: list[str], env: dict[str, str], command: str, timeout: float) -> RunResult:
-    """Run argv in its own process group; on timeout kill the whole group."""
+def execute(argv: list[str], env: dict[str, str], command: str, timeout: float, processes: int = 0) -> RunResult:
+    """Run argv in its own process group (and pids cgroup, when processes > 0); on timeout kill it."""
+    pids = PidsLimit(processes) if processes > 0 else None
+    try:
+        return _execute(pids.wrap(argv) if pids else argv, env, command, timeout)
+    finally:
+        if pids is not None:
+            pids.release()
+
+
+def _execute(argv: list[str], env: dict[str, str], command: str, timeout: float) -> RunResult:
     start = time.monotonic()
     proc = subprocess.Popen(
         argv,
@@ -252,7 +342,7 @@ class LocalSandbox(Sandbox):
             raise RuntimeError(f"sandbox {self.folder} is closed")
         limit = timeout if timeout is not None else self.confinement.limits.timeout
         argv = self.confinement.argv(command, network)
-        return execute(argv, self.confinement.env(network), command, limit)
+        return execute(argv, self.confinement.env(network), command, limit, self.confinement.limits.processes)
 
     def _host_path(self, path: str) -> Path:
         rel = os.path.relpath(os.path.normpath(path), SANDBOX_ROOT)
@@ -299,7 +389,11 @@ class LocalSandbox(Sandbox):
         return str(self.folder)
 
     def shell(self) -> None:
-        subprocess.run(self.confinement.shell_argv(), env=self.confinement.env(False), check=False)
+        pids = PidsLimit(self.confinement.limits.processes)
+        try:
+            subprocess.run(pids.wrap(self.confinement.shell_argv()), env=self.confinement.env(False), check=False)
+        finally:
+            pids.release()
 
 
 class LocalBackend(Backend):
@@ -350,7 +444,8 @@ class LocalBackend(Backend):
         ]
         outputs: list[str] = []
         for label, command in steps:
-            result = execute(confinement.argv(command, network=True), confinement.env(True), command, spec.limits.timeout)
+            argv, env = confinement.argv(command, network=True), confinement.env(True)
+            result = execute(argv, env, command, spec.limits.timeout, spec.limits.processes)
             outputs.append(f"### {label}: {command}\n{result.output}")
             log.write_text("\n".join(outputs))
             if result.timed_out or result.exit_code != 0:
