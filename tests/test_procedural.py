@@ -1,0 +1,587 @@
+"""The procedural inverter: target enumeration, ordering, config editing, and every catalogue
+type's break and fix scripts run for real against a real virtual environment.
+
+The end-to-end tests build one small world per module: a project folder with config and data
+files and a console script, installed with six and iniconfig into a `python -m venv`, plus an
+environment file. Each type's rendered break script must change what it says it changes, and
+its fix script (the oracle) must bring every file of the world back byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import textwrap
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from miner.catalogue import load_catalogue, select_types
+from miner.inverters.procedural import (
+    ProceduralInverter,
+    dependency_depths,
+    edit_config,
+    enumerate_targets,
+    env_reads,
+    matches,
+    older_release,
+    parse_config,
+    retyped,
+    wrong_value,
+)
+from miner.models import Distribution, HealthyState, Project, Source, Target
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOGUE = load_catalogue()
+ENV_VALUES = {"GREETER_MODE": "production", "GREETER_HOME": "/srv/greeter", "UNRELATED": "1"}
+
+PROJECT_FILES = {
+    "pyproject.toml": """\
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "greeter"
+        version = "0.3.0"
+        dependencies = ["six", "iniconfig"]
+
+        [project.scripts]
+        greet = "greeter.cli:main"
+
+        [tool.setuptools]
+        packages = ["greeter"]
+        """,
+    "setup.cfg": "[flake8]\nmax-line-length = 120\n",
+    "tox.ini": "[tox]\nenvlist = py311\n",
+    "README.md": "# greeter\n\nSee words.csv.\n",
+    "greeter/__init__.py": """\
+        import json
+        import os
+        import tomllib
+        import configparser
+        from pathlib import Path
+
+        import iniconfig
+        import six
+
+        ROOT = Path(__file__).resolve().parent.parent
+
+
+        def mode():
+            return os.environ["GREETER_MODE"]
+
+
+        def home():
+            return os.getenv("GREETER_HOME", "")
+
+
+        def debug():
+            return "GREETER_DEBUG" in os.environ
+
+
+        def words():
+            return (ROOT / "data" / "words.csv").read_text(encoding="utf-8").splitlines()
+
+
+        def settings():
+            app = json.loads((ROOT / "conf" / "app.json").read_text())
+            app["port"] + 1
+            return app
+        """,
+    "greeter/cli.py": """\
+        import greeter
+
+
+        def main():
+            print("hello", greeter.mode())
+        """,
+    "tests/test_greeter.py": """\
+        from pathlib import Path
+
+        import greeter
+
+
+        def test_sample():
+            assert (Path(__file__).parent / "fixtures" / "sample.txt").read_text().startswith("alpha")
+
+
+        def test_words():
+            assert greeter.words()[0] == "word,count"
+        """,
+    "tests/fixtures/sample.txt": "alpha\nbeta\ngamma\n",
+    "tests/fixtures/settings.json": '{"not": "a config outside tests"}\n',
+    "data/words.csv": "word,count\nhello,3\nworld,5\nünïcode,7\n",
+    "data/unused.dat": "nobody reads this file\n",
+    "conf/settings.yaml": """\
+        # greeter settings
+        name: greeter
+        server:
+          port: 8080
+          debug: false
+          hosts:
+            - a.example
+            - b.example
+        retries: 3
+        """,
+    "conf/app.ini": """\
+        [server]
+        port = 8080
+        debug = no
+        hosts =
+            a.example
+            b.example
+
+        [client]
+        retries = 3
+        name = greeter
+        """,
+    "conf/app.toml": """\
+        name = "greeter"
+        tags = ["a", "b"]
+
+        [server]
+        port = 8080  # the listening port
+        debug = false
+        """,
+    "conf/app.json": '{\n  "name": "greeter",\n  "port": 8080,\n  "debug": false,\n  "tags": ["a", "b"]\n}\n',
+}
+
+
+@dataclass
+class World:
+    project: Project
+    healthy: HealthyState
+    venv: Path
+    env_file: Path
+
+    @property
+    def root(self) -> Path:
+        return self.project.path
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        env.update(
+            MINER_PROJECT=str(self.root), MINER_VENV=str(self.venv), MINER_PYTHON=str(self.python),
+            MINER_SITE_PACKAGES=self.healthy.site_packages, MINER_ENV_FILE=str(self.env_file),
+            PATH=f"{self.venv}/bin:{env.get('PATH', '/usr/bin:/bin')}",
+        )
+        return env
+
+    def bash(self, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", script], cwd=self.root, env=self.env(), capture_output=True,
+                              text=True, timeout=timeout)
+
+    def sandboxed(self, command: str) -> subprocess.CompletedProcess:
+        """A command as a sandbox runs it: the environment file sourced first."""
+        return self.bash(f'source "$MINER_ENV_FILE"; {command}', timeout=60)
+
+    def python_code(self, code: str) -> subprocess.CompletedProcess:
+        return self.sandboxed(f'"$MINER_PYTHON" -c {shlex.quote(code)}')
+
+
+def write_project(root: Path) -> None:
+    for rel, text in PROJECT_FILES.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def run(argv: list[str], **kwargs) -> str:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, **kwargs)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def real_inventory(python: Path) -> tuple[str, list[Distribution]]:
+    """Site-packages and distributions as recorded inside the venv by miner's own inventory script."""
+    report = json.loads(run([str(python), str(ROOT / "miner" / "assets" / "inventory.py")]))
+    return report["site_packages"], [Distribution.model_validate(d) for d in report["dists"]]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> World:
+    base = tmp_path_factory.mktemp("world")
+    root = base / "project"
+    write_project(root)
+    venv = base / "venv"
+    run([sys.executable, "-m", "venv", str(venv)])
+    run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "six", "iniconfig",
+         str(root)])
+    site_packages, inventory = real_inventory(venv / "bin" / "python")
+    env_file = base / "env.sh"
+    # written like the local sandbox writes it: one sorted, shell-quoted export per variable
+    exports = [f"export {k}={shlex.quote(v)}\n" for k, v in sorted(ENV_VALUES.items())]
+    env_file.write_text("# healthy\n" + "".join(exports))
+    project = Project(source=Source(raw=str(root), kind="local", location=str(root)), repo=str(root),
+                      commit="0" * 40, path=root)
+    healthy = HealthyState(
+        repo=project.repo, commit=project.commit, backend="local", test_command="python -m pytest",
+        outcomes={"tests/test_greeter.py::test_sample": "passed", "tests/test_greeter.py::test_words": "passed"},
+        distributions={d.name: d.version for d in inventory}, inventory=inventory, project_dists=["greeter"],
+        protected=sorted(rel for rel in PROJECT_FILES if rel.endswith(".py")), env=dict(ENV_VALUES),
+        site_packages=site_packages,
+    )
+    return World(project=project, healthy=healthy, venv=venv, env_file=env_file)
+
+
+def snapshot(world: World) -> dict[str, tuple]:
+    """Every file of the world (project, venv, env file): kind, mode and content hash or link target."""
+    state = {}
+    paths = [world.env_file]
+    for top in (world.root, world.venv):
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]  # imports write bytecode caches
+            paths += [Path(folder) / name for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]]
+    for path in paths:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            state[str(path)] = ("link", os.readlink(path))
+        else:
+            state[str(path)] = (stat.S_IMODE(info.st_mode), hashlib.sha256(path.read_bytes()).hexdigest())
+    return state
+
+
+def by_key(world: World) -> dict[str, Target]:
+    return {t.key: t for t in enumerate_targets(world.project, world.healthy)}
+
+
+# ---------------------------------------------------------------- enumeration
+
+
+def test_targets_of_every_kind(world):
+    targets = by_key(world)
+    assert {"distribution:six", "distribution:iniconfig", "distribution:greeter"} <= set(targets)
+    assert not {"distribution:pip", "distribution:setuptools"} & set(targets)
+    assert targets["distribution:greeter"].attrs["project_own"] is True
+    assert targets["distribution:six"].attrs == {**targets["distribution:six"].attrs, "project_own": False,
+                                                 "depth": 1}
+    assert targets["module:six"].path == "six.py" and targets["module:six"].attrs["package"] is False
+    assert targets["module:iniconfig"].path == "iniconfig/__init__.py"
+    assert "module:greeter" not in targets  # the project's own code is protected, not a dependency
+    assert targets["script:greet"].attrs == {"dist": "greeter", "entry": "greeter.cli:main", "project_own": True}
+    configs = {t.name: t.attrs["format"] for t in targets.values() if t.kind == "config"}
+    assert configs == {"conf/settings.yaml": "yaml", "conf/app.ini": "ini", "conf/app.toml": "toml",
+                       "conf/app.json": "json"}
+    data = {t.name for t in targets.values() if t.kind == "data"}
+    assert data == {"data/words.csv", "tests/fixtures/sample.txt"}  # named in code; README/unused.dat are not
+    assert {t.name: t.attrs["value"] for t in targets.values() if t.kind == "envvar"} == {
+        "GREETER_MODE": "production", "GREETER_HOME": "/srv/greeter"}
+    words = targets["data:data/words.csv"].attrs
+    assert words["is_text"] and not words["has_crlf"] and words["mode"] == "644"
+    assert words["size"] == len(PROJECT_FILES["data/words.csv"].encode())
+
+
+def test_no_protected_or_packaging_file_is_a_target(world):
+    names = {t.name for t in enumerate_targets(world.project, world.healthy) if t.kind in ("config", "data")}
+    assert not names & set(world.healthy.protected)
+    assert not names & {"pyproject.toml", "setup.cfg", "tox.ini", "README.md", "tests/fixtures/settings.json"}
+
+
+def test_env_reads_found_with_ast():
+    code = textwrap.dedent("""\
+        import os
+        from os import environ, getenv
+        a = os.environ["A"]
+        b = os.environ.get("B", "x")
+        c = os.getenv("C")
+        d = getenv("D")
+        e = "E" in os.environ
+        f = environ.setdefault("F", "1")
+        g = os.environ.get(name)
+        text = "os.environ['NOT_CODE']"
+        """)
+    import ast
+
+    assert env_reads(ast.parse(code)) == {"A", "B", "C", "D", "E", "F"}
+
+
+def test_tooling_and_its_requirements_are_not_targets():
+    def dist(name, requires=()):
+        return Distribution(name=name, version="1.0", requires=list(requires))
+
+    healthy = HealthyState(repo="r", commit="c", backend="local", test_command="pytest", outcomes={},
+                           inventory=[dist("app", ["requests", "packaging"]), dist("requests", ["idna"]),
+                                      dist("idna"), dist("packaging"), dist("pytest", ["pluggy", "packaging"]),
+                                      dist("pluggy"), dist("pytest-cov", ["coverage"]), dist("coverage"),
+                                      dist("pip"), dist("hypothesis", ["attrs"]), dist("attrs")],
+                           project_dists=["app"])
+    assert dependency_depths(healthy) == {"app": 0, "requests": 1, "idna": 2, "hypothesis": 1, "attrs": 2}
+
+
+def test_preconditions():
+    target = Target(kind="data", name="x.csv", attrs={"size": 10, "is_text": True, "format": "ini"})
+    assert matches({}, target)
+    assert matches({"is_text": True, "min_size": 10, "max_size": 10, "context": ["x"]}, target)
+    assert matches({"format": ["ini", "toml"]}, target)
+    assert not matches({"format": ["yaml"]}, target)
+    assert not matches({"min_size": 11}, target)
+    assert not matches({"has_crlf": False}, target)  # an attribute the target lacks fails
+
+
+# ---------------------------------------------------------------- config edits
+
+
+@pytest.mark.parametrize("rel, path", [
+    ("conf/settings.yaml", ("server", "port")), ("conf/settings.yaml", ("server", "hosts")),
+    ("conf/settings.yaml", ("retries",)), ("conf/app.ini", ("server", "hosts")), ("conf/app.ini", ("client", "name")),
+    ("conf/app.toml", ("server", "port")), ("conf/app.toml", ("tags",)), ("conf/app.json", ("port",)),
+])
+def test_delete_key_keeps_the_rest(rel, path):
+    fmt = {"yaml": "yaml", "ini": "ini", "toml": "toml", "json": "json"}[rel.rsplit(".", 1)[1]]
+    text = textwrap.dedent(PROJECT_FILES[rel])
+    edited = edit_config(fmt, text, path, delete=True)
+    before, after = parse_config(fmt, text), parse_config(fmt, edited)
+    node = before
+    for part in path[:-1]:
+        node = node[part]
+    del node[path[-1]]
+    assert after == before
+    if fmt != "json":  # line edits keep comments and layout elsewhere
+        assert len(edited.splitlines()) < len(text.splitlines())
+        assert all(line in text.splitlines() for line in edited.splitlines())
+
+
+@pytest.mark.parametrize("fmt, value, new", [
+    ("yaml", 8080, "8080"), ("json", False, "false"), ("toml", ["a", "b"], "a,b"), ("yaml", "greeter", ["greeter"]),
+    ("ini", "8080", "8080.5"), ("ini", "no", "maybe"), ("ini", "1.5", "1.5%"), ("ini", "greeter", None),
+    ("json", {"a": 1}, None),
+])
+def test_retyped_values(fmt, value, new):
+    assert retyped(fmt, value) == new
+
+
+def test_retype_edits_one_line_and_parses():
+    text = textwrap.dedent(PROJECT_FILES["conf/app.toml"])
+    edited = edit_config("toml", text, ("server", "port"), value="8080")
+    assert tomllib.loads(edited)["server"] == {"port": "8080", "debug": False}
+    assert edited.count("\n") == text.count("\n")
+    edited = edit_config("yaml", textwrap.dedent(PROJECT_FILES["conf/settings.yaml"]), ("server", "debug"),
+                         value="false")
+    assert yaml.safe_load(edited)["server"]["debug"] == "false"
+    assert edited.startswith("# greeter settings\n")
+
+
+def test_older_release_and_wrong_values():
+    assert older_release("2.3.0", ["2.3.1", "2.3.0", "2.2.0", "2.0.0", "1.1.1", "1.1.0", "0.1"]) == "1.1.1"
+    assert older_release("1.17.0", ["1.17.0", "1.16.0", "0.9.2"]) == "0.9.2"
+    assert older_release("1.2.3", ["1.2.0", "1.2.1"]) is None
+    assert older_release("3.0", ["3.0rc1", "2.9.0b1", "2.8"]) == "2.8"
+    assert wrong_value("true") == "false" and wrong_value("ON") == "OFF"
+    assert wrong_value("8080") == "-1"
+    assert wrong_value("/srv/greeter/") == "/srv/old-greeter"
+    assert wrong_value("production") not in ("production", "")
+    assert wrong_value("ab") == "ab-x"
+
+
+# ---------------------------------------------------------------- ordering
+
+
+def no_index_types():
+    return [t for t in CATALOGUE.values() if "bad_version" not in t.preconditions.get("context", [])]
+
+
+def order(inversions):
+    return [(i.type_id, i.target.key) for i in inversions]
+
+
+def test_order_is_deterministic_per_seed(world):
+    types = no_index_types()
+    first = ProceduralInverter(types, seed=0).candidates(world.project, world.healthy)
+    again = ProceduralInverter(types, seed=0).candidates(world.project, world.healthy)
+    other = ProceduralInverter(types, seed=1).candidates(world.project, world.healthy)
+    assert order(first) == order(again)
+    assert [i.break_script for i in first] == [i.break_script for i in again]
+    assert order(first) != order(other)
+    assert sorted(order(first)) == sorted(order(other))
+    assert len(set(order(first))) == len(first) > 40
+
+
+def test_small_budget_spreads_over_families(world):
+    inverter = ProceduralInverter(no_index_types(), seed=3)
+    everything = inverter.candidates(world.project, world.healthy)
+    five = ProceduralInverter(no_index_types(), seed=3).candidates(world.project, world.healthy, budget=5)
+    assert order(five) == order(everything)[:5]
+    assert {i.family for i in five} == {"deps", "config", "data", "fs", "env"}
+
+
+def test_given_targets_keep_their_order(world):
+    targets = by_key(world)
+    ranked = [targets["data:tests/fixtures/sample.txt"], targets["data:data/words.csv"]]
+    inversions = ProceduralInverter(select_types(CATALOGUE, "data"), seed=0).candidates(
+        world.project, world.healthy, targets=ranked)
+    keys = [i.target.key for i in inversions]
+    assert keys == sorted(keys, key=lambda k: k != "data:tests/fixtures/sample.txt")
+    assert keys[0] == "data:tests/fixtures/sample.txt" and keys[-1] == "data:data/words.csv"
+    shuffled = ProceduralInverter(select_types(CATALOGUE, "data"), seed=0).candidates(
+        world.project, world.healthy, targets=ranked, shuffle=True)
+    assert sorted(order(shuffled)) == sorted(order(inversions))
+
+
+def test_types_of_other_backends_are_skipped(world):
+    docker_only = CATALOGUE["data/crlf"].model_copy(update={"backends": ["docker"]})
+    assert ProceduralInverter([docker_only]).candidates(world.project, world.healthy) == []
+
+
+def test_config_context_prefers_keys_the_code_names(world):
+    target = by_key(world)["config:conf/app.json"]
+    inversion = ProceduralInverter([CATALOGUE["config/missing-key"]]).apply(
+        world.project, world.healthy, target, CATALOGUE["config/missing-key"])
+    assert "key port " in inversion.summary  # "port" is the only key greeter's code names
+
+
+# ---------------------------------------------------------------- break and fix, for real
+
+E2E_TARGETS = {
+    "distribution": ["iniconfig"],
+    "module": ["six", "iniconfig"],
+    "config": ["conf/settings.yaml", "conf/app.ini", "conf/app.toml", "conf/app.json"],
+    "data": ["data/words.csv", "tests/fixtures/sample.txt"],
+    "script": ["greet"],
+    "envvar": ["GREETER_MODE", "GREETER_HOME"],
+}
+CASES = [(t.id, name) for t in CATALOGUE.values() for name in E2E_TARGETS.get(t.target, [])]
+
+
+def module_check(world: World, module: str) -> subprocess.CompletedProcess:
+    """Import a module the way the project would and require the real file from site-packages."""
+    expected = str(Path(world.healthy.site_packages) / by_key(world)[f"module:{module}"].path)
+    return world.python_code(f"import {module}; assert {module}.__file__ == {expected!r}, {module}.__file__")
+
+
+def dist_check(world: World, name: str) -> subprocess.CompletedProcess:
+    version = world.healthy.distributions[name]
+    return world.python_code(f"import importlib.metadata as m, {name}; v = m.version({name!r}); "
+                             f"assert v == {version!r}, v")
+
+
+def env_value(world: World, name: str) -> str | None:
+    out = world.python_code(f"import os, json; print(json.dumps(os.environ.get({name!r})))")
+    return json.loads(out.stdout)
+
+
+def assert_broken(world: World, type_id: str, target: Target, inversion, context) -> None:
+    """The break did what the type says, observed the way a program would see it."""
+    kind = target.kind
+    if kind == "module":
+        result = module_check(world, target.name)
+        assert result.returncode != 0, f"{type_id} left {target.name} importable: {result.stdout}"
+    elif kind == "distribution":
+        assert dist_check(world, target.name).returncode != 0
+    elif kind == "script":
+        assert (world.venv / "bin" / target.name).stat().st_mode & 0o111 == 0
+        assert world.sandboxed(f"{target.name} >/dev/null").returncode == 126  # found but not executable
+    elif kind == "envvar":
+        assert env_value(world, target.name) != world.healthy.env[target.name]
+    else:
+        path = world.root / target.path
+        original = parse_original(world, target)
+        if type_id.startswith("fs/"):
+            return assert_fs_broken(type_id, path, context)
+        data = path.read_bytes()
+        assert data != original
+        if type_id == "config/syntax-error":
+            with pytest.raises(Exception):
+                parse_config(target.attrs["format"], data.decode())
+        elif type_id in ("config/missing-key", "config/wrong-type"):
+            fmt = target.attrs["format"]
+            before, after = parse_config(fmt, original.decode()), parse_config(fmt, data.decode())
+            keys = context["key"].split(".")
+            for part in keys[:-1]:
+                before, after = before[part], after[part]
+            if type_id == "config/missing-key":
+                assert keys[-1] in before and keys[-1] not in after
+            else:
+                assert type(before[keys[-1]]) is not type(after[keys[-1]]) or fmt == "ini"
+                assert before[keys[-1]] != after[keys[-1]]
+        elif type_id == "data/truncate":
+            assert data == original[: len(original) // 2]
+        elif type_id in ("data/corrupt-bytes", "data/wrong-encoding"):
+            with pytest.raises(UnicodeDecodeError):
+                data.decode("utf-8")
+        elif type_id == "data/crlf":
+            assert data == original.replace(b"\n", b"\r\n")
+
+
+def assert_fs_broken(type_id: str, path: Path, context) -> None:
+    if type_id in ("fs/unreadable", "fs/unreadable-config"):
+        # as root with CAP_DAC_OVERRIDE unreadability cannot be observed: check the bits
+        assert stat.S_IMODE(path.stat().st_mode) == 0
+        if os.geteuid() != 0:
+            with pytest.raises(PermissionError):
+                path.read_bytes()
+    elif type_id == "fs/broken-symlink":
+        assert path.is_symlink() and not path.exists()
+    elif type_id == "fs/deleted":
+        assert not path.exists() and not path.is_symlink()
+    else:
+        assert stat.S_IMODE(path.lstat().st_mode) != int(context["mode"], 8) or not path.exists()
+
+
+def parse_original(world: World, target: Target) -> bytes:
+    return textwrap.dedent(PROJECT_FILES[target.path]).encode()
+
+
+def no_copy_left(before: dict[str, tuple], after: dict[str, tuple]) -> None:
+    """Rule 6: content a break changed or removed does not reappear at a new or changed path.
+
+    Content that also sits at a path the break left alone (an INSTALLER file, an empty file)
+    proves nothing either way and is ignored, and so is the metadata pip writes for another
+    release of the same distribution (its top_level.txt names the same module).
+    """
+    def digest(entry: tuple | None) -> str | None:
+        return entry[1] if entry and entry[0] != "link" else None
+
+    moved = {p for p in after if digest(after[p]) != digest(before.get(p))}
+    kept = {digest(h) for p, h in before.items() if p not in moved and after.get(p) == h}
+    lost = {digest(h) for p, h in before.items() if digest(h) and digest(after.get(p)) != digest(h)}
+    leaked = {p for p in moved if digest(after[p]) in lost - kept and ".dist-info/" not in p}
+    assert not leaked, f"a copy of a changed file is left behind: {sorted(leaked)}"
+
+
+@pytest.mark.parametrize("type_id, name", CASES, ids=[f"{t}:{n}" for t, n in CASES])
+def test_break_then_fix_restores_every_byte(world, type_id, name):
+    itype = CATALOGUE[type_id]
+    targets = by_key(world)
+    target = targets[f"{itype.target}:{name}"]
+    assert matches(itype.preconditions, target), f"{type_id} does not apply to {target.key}"
+    inverter = ProceduralInverter([itype], seed=0)
+    inversion = inverter.apply(world.project, world.healthy, target, itype)
+    assert inversion is not None, f"no context for {type_id} on {target.key}"
+    context = inverter.context(world.project, world.healthy, target, itype)
+
+    healthy = snapshot(world)
+    if target.kind == "module":
+        assert module_check(world, name).returncode == 0
+    broke = world.bash(inversion.break_script)
+    assert broke.returncode == 0, broke.stderr
+    broken = snapshot(world)
+    try:
+        assert broken != healthy
+        assert_broken(world, type_id, target, inversion, context)
+        no_copy_left(healthy, broken)
+        for rel in world.healthy.protected:  # rule 3
+            assert broken[str(world.root / rel)] == healthy[str(world.root / rel)]
+    finally:
+        fixed = world.bash(inversion.fix_script)
+    assert fixed.returncode == 0, fixed.stderr
+    after = snapshot(world)
+    assert {p: h for p, h in after.items() if h != healthy.get(p)} == {}
+    assert set(after) == set(healthy)
+    if target.kind == "module":
+        assert module_check(world, name).returncode == 0
+    if target.kind == "distribution":
+        assert dist_check(world, name).returncode == 0
+    assert world.sandboxed("greet").stdout == "hello production\n"
