@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import signal
 import socket
@@ -53,13 +54,15 @@ import docker.errors
 from docker.models.containers import Container
 
 from miner import images
-from miner.models import ENV_FILE, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, Probe, Project, RunResult, TestResult, content_id
+from miner.models import (
+    ENV_FILE, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, Probe, Project, RunResult, Target, TestResult, content_id,
+)
 from miner.sandbox.base import Backend, BackendUnavailable, BuildError, BuildSpec, Healthy, Limits, Sandbox, SandboxError
 from miner.sandbox.local import render_env_file
 
 log = logging.getLogger(__name__)
 
-RECIPE_VERSION = "2"  # bump when the generated Dockerfiles change, to stop reusing old images
+RECIPE_VERSION = "3"  # bump when the generated Dockerfiles change, to stop reusing old images
 HOME_DIR = f"{SANDBOX_ROOT}/home"
 SANDBOX_PATH = f"{VENV_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MINER_ENV = {
@@ -154,7 +157,7 @@ COPY env.sh {env_file}
 COPY install.sh /tmp/miner-install.sh
 RUN set -e; mkdir -p {home}; cd {project}; {python} -m venv {venv}; \\
     bash -c 'set -e; source {venv}/bin/activate; source /tmp/miner-install.sh'; \\
-    rm -f /tmp/miner-install.sh; {venv}/bin/python -m compileall -q -j 0 {project} {venv}/lib >/dev/null 2>&1 || true
+    rm -f /tmp/miner-install.sh /var/cache/apt/archives/*.deb; {venv}/bin/python -m compileall -q -j 0 {project} {venv}/lib >/dev/null 2>&1 || true
 """
 
 # A Dockerized project: its WORKDIR (where its files are) becomes /sandbox/project (with a
@@ -180,7 +183,7 @@ RUN set -e; mkdir -p {root} {home}; wd={workdir}; \\
         {python} -m venv --system-site-packages {venv}; \\
         cd {project}; bash -c 'set -e; source {venv}/bin/activate; source /tmp/miner-install.sh'; \\
     else mkdir -p {venv}/bin; fi; \\
-    rm -f /tmp/miner-install.sh; {venv}/bin/python -m compileall -q -j 0 {project} {venv}/lib >/dev/null 2>&1 || true
+    rm -f /tmp/miner-install.sh /var/cache/apt/archives/*.deb; {venv}/bin/python -m compileall -q -j 0 {project} {venv}/lib >/dev/null 2>&1 || true
 """
 
 FINAL = """\
@@ -540,7 +543,7 @@ class DockerSandbox(Sandbox):
                                   user=self.image_user())
         return code, out
 
-    def start_service(self) -> bool:
+    def start_service(self, env: dict[str, str] | None = None) -> bool:
         """Start the image's CMD in the background (own session); wait until its ports answer."""
         argv = self.image_command()
         if not argv:
@@ -549,7 +552,7 @@ class DockerSandbox(Sandbox):
                   f"exec {shlex.join(argv)} >{SERVICE_LOG} 2>&1")
         api = self.client.api
         exec_id = api.exec_create(self.container.id, ["setsid", "bash", "-c", script], user=self.image_user(),
-                                  environment=self.env)["Id"]
+                                  environment={**self.env, **(env or {})})["Id"]
         api.exec_start(exec_id, detach=True)
         return self.wait_ports(self.probe_wait)
 
@@ -781,10 +784,11 @@ note("interpreter", None, os.path.realpath(sys.executable))
 def owners(paths):
     found = {}
     for path in sorted(set(paths)):
-        for candidate in {path, "/usr" + path if not path.startswith("/usr/") else path[4:]}:
+        alt = path[4:] if path.startswith("/usr/") else "/usr" + path
+        for candidate in (path, alt):
             out = subprocess.run(["dpkg-query", "-S", candidate], capture_output=True, text=True)
-            if out.returncode == 0:
-                found[path] = out.stdout.split(":", 1)[0].split(",")[0].strip() if ": " not in out.stdout else out.stdout.split(": ", 1)[0].split(",")[0].strip()
+            if out.returncode == 0 and ": " in out.stdout:
+                found[path] = out.stdout.split(": ", 1)[0].split(",")[0].strip()
                 break
     return found
 
@@ -802,6 +806,55 @@ for pkg, entry in packages.items():
 
 def link(path):
     return {"path": path, "target": os.readlink(path) if os.path.islink(path) else None, "exists": os.path.exists(path)}
+ZONE = re.compile(r"\b(?:Africa|America|Antarctica|Asia|Atlantic|Australia|Europe|Indian|Pacific)/[A-Z][A-Za-z_]+(?:/[A-Z][A-Za-z_]+)?\b")
+zones = set()
+for folder, dirs, files in os.walk(os.environ.get("MINER_PROJECT", "/sandbox/project")):
+    dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+    for name in files:
+        path = os.path.join(folder, name)
+        if name.endswith((".pyc", ".so")) or os.path.islink(path) or os.path.getsize(path) > 262144:
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        zones.update(z for z in ZONE.findall(text) if os.path.isfile("/usr/share/zoneinfo/" + z))
+import ast
+names = set()
+project = os.environ.get("MINER_PROJECT", "/sandbox/project")
+for folder, dirs, files in os.walk(project):
+    dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+    for name in files:
+        if name.endswith(".py"):
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                    tree = ast.parse(handle.read())
+            except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names.update(a.name.split(".")[0] for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names.add(node.module.split(".")[0])
+LOADER = """
+import importlib, json, sys
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        pass
+print("LOADED " + json.dumps(sorted({m.__file__ for m in list(sys.modules.values()) if (getattr(m, "__file__", None) or "").endswith(".so")})))
+"""
+loaded = []
+try:
+    out = subprocess.run([sys.executable, "-c", LOADER, json.dumps(sorted(names))], cwd=project,
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    for line in out.stdout.splitlines():
+        if line.startswith("LOADED "):
+            loaded = [os.path.realpath(p) for p in json.loads(line[7:])]
+except (OSError, subprocess.SubprocessError):
+    pass
 venv = os.environ.get("MINER_VENV", "/sandbox/venv")
 system = {
     "python_symlink": link("/usr/bin/python3"),
@@ -812,7 +865,8 @@ system = {
     "ld_so_conf": link("/etc/ld.so.conf"),
 }
 print("MINER-INVENTORY " + json.dumps({"libraries": libraries, "packages": packages,
-                                       "extensions": extensions, "system": system, "dpkg": has_dpkg}))
+                                       "extensions": extensions, "system": system, "dpkg": has_dpkg,
+                                       "zones": sorted(zones), "imports": sorted(names), "loaded": loaded}))
 '''
 
 
@@ -823,6 +877,9 @@ def system_inventory(sandbox: Sandbox) -> dict[str, Any]:
              "packages": {name: {name, version, libraries}},
              "extensions": {so path or "interpreter": {module, libraries}},
              "system": {python_symlink|venv_python|ca_bundle|locale|zoneinfo|ld_so_conf: {path, target, exists}},
+             "zones": [time zones the project's files name that exist in /usr/share/zoneinfo],
+             "imports": [top-level modules the project's .py files import],
+             "loaded": [extension module files (.so) loaded once those modules are imported],
              "dpkg": bool}
     Modules are dotted import names ("_sqlite3", "pkg._speedups"); "interpreter" is python itself.
     """
@@ -834,23 +891,15 @@ def system_inventory(sandbox: Sandbox) -> dict[str, Any]:
     raise SandboxError(f"system inventory failed (exit {result.exit_code}): {result.output[-2000:]}")
 
 
-def capture_file(sandbox: Sandbox, path: str) -> dict[str, str]:
-    """Template context restoring a file offline: original_b64 (its bytes) and mode (octal)."""
-    data = sandbox.read(path)
-    if data is None:
-        raise SandboxError(f"{path} does not exist in the sandbox")
-    mode = sandbox.run(f"stat -L -c %a {shlex.quote(path)}", timeout=60).output.strip().splitlines()[-1]
-    return {"original_b64": base64.b64encode(data).decode(), "mode": mode}
-
-
 REPACK = r'''
 set -euo pipefail
 pkg={pkg}
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkdir -p "$d/root/DEBIAN"
 dpkg-query -L "$pkg" | while IFS= read -r f; do
-  if [ -L "$f" ] || [ -f "$f" ]; then cp -a --parents "$f" "$d/root/"; fi
-done
+  if [ -L "$f" ] || [ -f "$f" ]; then printf '%s\n' "${{f#/}}"; fi
+done > "$d/files"
+tar -C / -cf - --no-recursion -T "$d/files" | tar -C "$d/root" -xf -
 dpkg-query -s "$pkg" | awk '/^(Status|Conffiles):/ {{skip=1; next}} /^[^ ]/ {{skip=0}} !skip' > "$d/root/DEBIAN/control"
 info=$(dpkg-query -W -f '${{db:Status-Abbrev}}' "$pkg" >/dev/null; ls /var/lib/dpkg/info/ | grep -E "^$pkg(:[a-z0-9]+)?\.(preinst|postinst|prerm|postrm|shlibs|symbols|triggers|conffiles|templates|config)$" || true)
 for f in $info; do cp -a "/var/lib/dpkg/info/$f" "$d/root/DEBIAN/${{f##*.}}"; done
@@ -859,36 +908,199 @@ echo "MINER-DEB $(base64 -w0 "$d/pkg.deb")"
 '''
 
 
-def capture_debpkg(sandbox: Sandbox, package: str) -> dict[str, str]:
-    """Template context restoring a Debian package offline: deb_b64, a .deb repacked from its files.
+# Libraries every process needs: breaking them breaks the shell that would run the fix.
+CORE_LIBRARIES = ("libc.so", "ld-linux", "libm.so", "libpthread", "libdl.so", "librt.so", "libutil.so",
+                  "libgcc_s", "libtinfo", "libselinux", "libpcre2", "libacl", "libattr", "libcrypt.so", "libz.so")
+MAX_CAPTURE = 2_000_000  # bytes of an original embedded in a fix script
+CONFIG_SUFFIXES = (".ini", ".cfg", ".conf", ".toml", ".yaml", ".yml", ".json", ".env")
+ASSIGNMENT = re.compile(r"""^(?P<head>\s*["']?(?P<key>[A-Za-z_][\w.-]*)["']?\s*[:=]\s*["']?)(?P<value>[^"'#\n]*?)(?P<tail>["']?\s*,?\s*)$""")
 
-    The .deb is built in a temporary folder of the (healthy) sandbox and removed at once, so the
-    fix script can `dpkg -i` it with no network and no apt cache, and nothing stays behind.
+
+def b64_lines(data: bytes) -> str:
+    """Base64 wrapped at 76 columns, for heredocs in fix scripts."""
+    return base64.encodebytes(data).decode().rstrip("\n")
+
+
+def _sh(sandbox: Sandbox, command: str, timeout: float = 60) -> str:
+    result = sandbox.run(command, timeout=timeout)
+    return result.output.strip() if result.exit_code == 0 else ""
+
+
+def _file_context(sandbox: Sandbox, path: str, limit: int = MAX_CAPTURE) -> dict[str, Any] | None:
+    """original_b64 (wrapped), mode and size of a regular file, or None if missing or too large."""
+    if sandbox.run(f"test -f {shlex.quote(path)} && ! test -L {shlex.quote(path)}", timeout=60).exit_code != 0:
+        return None
+    data = sandbox.read(path)
+    if data is None or len(data) > limit:
+        return None
+    mode = _sh(sandbox, f"stat -c %a {shlex.quote(path)}") or "644"
+    return {"original_b64": b64_lines(data), "mode": mode.splitlines()[-1], "size": len(data)}
+
+
+def capture_debpkg(sandbox: Sandbox, package: str) -> dict[str, str] | None:
+    """deb_b64 + version: a .deb repacked from the installed package, so a fix can `dpkg -i` offline.
+
+    The .deb is built in a temporary folder of the (healthy) sandbox and removed at once: nothing
+    stays behind, and the fix needs no network, no apt cache and no capability.
     """
     result = sandbox.run(REPACK.format(pkg=shlex.quote(package)), timeout=300)
     for line in result.output.splitlines():
         if line.startswith("MINER-DEB "):
-            version = sandbox.run(f"dpkg-query -W -f '${{Version}}' {shlex.quote(package)}", timeout=60).output
-            return {"deb_b64": line.split(" ", 1)[1].strip(), "version": version.strip().splitlines()[-1]}
-    raise SandboxError(f"cannot repack {package}: {result.output[-2000:]}")
+            data = base64.b64decode(line.split(" ", 1)[1].strip())
+            version = _sh(sandbox, f"dpkg-query -W -f '${{Version}}' {shlex.quote(package)}")
+            return {"deb_b64": b64_lines(data), "version": version, "size": str(len(data))}
+    log.info("cannot repack %s: %s", package, result.output[-500:])
+    return None
 
 
-def system_context(sandbox: Sandbox, target: Any) -> dict[str, str]:
-    """The template context the system and service catalogue types need for a target.
+def _core(soname: str) -> bool:
+    return soname.startswith(CORE_LIBRARIES)
 
-    syslib / system / service targets with a file path: original_b64 + mode of that file
-    (symlinks: link target instead); debpkg targets: deb_b64 + version.
+
+def system_targets(sandbox: Sandbox, inventory: dict[str, Any] | None = None,
+                   limit: int = MAX_CAPTURE) -> list[Target]:
+    """Targets of the system family, with everything their fix scripts embed in target.attrs.
+
+    syslib:  each shared library an extension module the project imports loads (all extension
+             modules when that is unknown; never the interpreter's own nor core libraries),
+             attrs soname, package, modules, original_b64, mode, size.
+    debpkg:  each Debian package owning such a library, attrs version, libraries, modules, deb_b64.
+    system:  role=interpreter-symlink (/usr/bin/python3, the venv's python; attrs link_target),
+             role=ca-bundle, role=locale (C.utf8 LC_CTYPE), role=zoneinfo (zones the project names).
     """
-    if target.kind == "debpkg":
-        return capture_debpkg(sandbox, target.name)
-    path = target.path or ""
-    if not path.startswith("/"):
-        path = f"{PROJECT_DIR}/{path}"
-    link = sandbox.run(f"readlink {shlex.quote(path)} || true", timeout=60).output.strip()
-    context = {"link_target": link.splitlines()[-1] if link else ""}
-    if sandbox.run(f"test -f {shlex.quote(path)}", timeout=60).exit_code == 0:
-        context.update(capture_file(sandbox, path))
-    return context
+    inv = inventory or system_inventory(sandbox)
+    targets: list[Target] = []
+    interpreter = set(inv.get("extensions", {}).get("interpreter", {}).get("libraries", []))
+    loaded = set(inv.get("loaded") or [])
+    owners: dict[str, list[dict[str, Any]]] = {}
+    for soname, lib in sorted(inv.get("libraries", {}).items()):
+        users = [u for u in lib.get("used_by", []) if u != "interpreter" and (not loaded or u in loaded)]
+        if not users or soname in interpreter or _core(soname) or not lib.get("path"):
+            continue
+        found = _file_context(sandbox, lib["path"], limit)
+        if found is None:
+            continue
+        attrs = {"soname": soname, "package": lib.get("package"), "modules": lib.get("modules", []), **found}
+        targets.append(Target(kind="syslib", name=soname, path=lib["path"], attrs=attrs))
+        if lib.get("package"):
+            owners.setdefault(lib["package"], []).append(lib)
+    for package, libs in sorted(owners.items()):
+        if any(_core(lib["soname"]) or lib["soname"] in interpreter for lib in libs):
+            continue
+        deb = capture_debpkg(sandbox, package) if inv.get("dpkg") else None
+        if deb is None or int(deb["size"]) > limit:
+            continue
+        modules = sorted({m for lib in libs for m in lib.get("modules", [])})
+        attrs = {"version": deb["version"], "libraries": [lib["soname"] for lib in libs], "modules": modules,
+                 "deb_b64": deb["deb_b64"]}
+        targets.append(Target(kind="debpkg", name=package.split(":")[0], attrs=attrs))
+    system = inv.get("system", {})
+    for key in ("python_symlink", "venv_python"):
+        entry = system.get(key) or {}
+        if entry.get("target") and entry.get("exists"):
+            targets.append(Target(kind="system", name=key.replace("_", "-"), path=entry["path"],
+                                  attrs={"role": "interpreter-symlink", "link_target": entry["target"]}))
+    bundle = system.get("ca_bundle") or {}
+    if bundle.get("exists") and _sh(sandbox, "command -v update-ca-certificates"):
+        targets.append(Target(kind="system", name="ca-bundle", path=bundle["path"], attrs={"role": "ca-bundle"}))
+    locale_file = system.get("locale") or {}
+    if locale_file.get("exists") and (found := _file_context(sandbox, locale_file["path"], limit)):
+        targets.append(Target(kind="system", name="locale:C.utf8", path=locale_file["path"],
+                              attrs={"role": "locale", "locale": "C.UTF-8", **found}))
+    for zone in inv.get("zones", []):
+        path = f"/usr/share/zoneinfo/{zone}"
+        if found := _file_context(sandbox, path, limit):
+            targets.append(Target(kind="system", name=f"zoneinfo:{zone}", path=path,
+                                  attrs={"role": "zoneinfo", "zone": zone, **found}))
+    return targets
+
+
+def _typo(value: str) -> str:
+    """A plausible wrong value: two middle characters swapped (or a suffix when that changes nothing)."""
+    if len(value) >= 4:
+        mid = len(value) // 2
+        swapped = value[: mid - 1] + value[mid] + value[mid - 1] + value[mid + 1:]
+        if swapped != value:
+            return swapped
+    return value + "x"
+
+
+def _edited(text: str, line_no: int, new_value: str) -> str:
+    lines = text.splitlines(keepends=True)
+    match = ASSIGNMENT.match(lines[line_no - 1].rstrip("\n"))
+    assert match is not None
+    ending = lines[line_no - 1][len(lines[line_no - 1].rstrip("\n")):]
+    lines[line_no - 1] = match.group("head") + new_value + match.group("tail") + ending
+    return "".join(lines)
+
+
+def _service_answers(sandbox: DockerSandbox, verbose: bool) -> tuple[list[bytes], str]:
+    """Bodies of the service's HTTP answers and its log (imports listed when verbose)."""
+    bodies: list[bytes] = []
+    try:
+        if not sandbox.start_service(env={"PYTHONVERBOSE": "1"} if verbose else None):
+            return bodies, ""
+        for port in sandbox.ports():
+            answer = sandbox.http_get(port)
+            if answer:
+                bodies.append(answer[1])
+        return bodies, sandbox.service_log()
+    finally:
+        sandbox.stop_service()
+
+
+def service_targets(sandbox: Sandbox, limit: int = 256 * 1024) -> list[Target]:
+    """Targets of the service family for a Dockerized service (an image that EXPOSEs ports).
+
+    role=port:   a config line whose value is an EXPOSEd port (attrs key, value, new_value, line,
+                 original_b64, broken_b64, mode; path project-relative);
+    role=value:  a config value that shows in the service's HTTP answer (same attrs);
+    role=dependency: a Python module the running service imports from outside the project and
+                 the standard library (attrs module, original_b64, mode; path absolute).
+    """
+    if not isinstance(sandbox, DockerSandbox) or not sandbox.healthy.info.get("dockerized") or not sandbox.ports():
+        return []
+    bodies, log_text = _service_answers(sandbox, verbose=True)
+    ports = {str(p) for p in sandbox.ports()}
+    targets: list[Target] = []
+    listing = _sh(sandbox, "find . -path ./tests -prune -o -path ./test -prune -o -type f -size -256k -print")
+    for rel in sorted(line[2:] for line in listing.splitlines() if line.endswith(CONFIG_SUFFIXES)):
+        data = sandbox.read(f"{PROJECT_DIR}/{rel}") or b""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        mode = _sh(sandbox, f"stat -c %a {shlex.quote(rel)}") or "644"
+        for number, line in enumerate(text.splitlines(), start=1):
+            match = ASSIGNMENT.match(line)
+            if not match or not match.group("value").strip():
+                continue
+            value = match.group("value").strip()
+            if value in ports:
+                role, new = "port", str(int(value) + 1)
+            elif len(value) >= 3 and not value.isdigit() and any(value.encode() in body for body in bodies):
+                role, new = "value", _typo(value)
+            else:
+                continue
+            attrs = {"role": role, "key": match.group("key"), "value": value, "new_value": new, "line": number,
+                     "original_b64": b64_lines(data), "mode": mode.splitlines()[-1],
+                     "broken_b64": b64_lines(_edited(text, number, new).encode())}
+            targets.append(Target(kind="service", name=f"{role}:{rel}:{match.group('key')}", path=rel, attrs=attrs))
+    stdlib = _sh(sandbox, "python3 -c 'import sysconfig; print(sysconfig.get_path(\"stdlib\"))'")
+    seen: set[str] = set()
+    for path in re.findall(r"# code object from '([^']+\.py)'|matches (\S+\.py)$", log_text, flags=re.M):
+        path = path[0] or path[1]
+        inside = path.startswith((SANDBOX_ROOT + "/", sandbox.image_workdir().rstrip("/") + "/"))
+        in_stdlib = stdlib and path.startswith(stdlib + "/") and "-packages/" not in path
+        if path in seen or inside or in_stdlib or "-packages/" not in path:
+            continue
+        seen.add(path)
+        found = _file_context(sandbox, path, limit)
+        if found:
+            module = os.path.basename(path).removesuffix(".py")
+            targets.append(Target(kind="service", name=f"dependency:{module}", path=path,
+                                  attrs={"role": "dependency", "module": module, **found}))
+    return targets
 
 
 __all__ = [
@@ -896,10 +1108,10 @@ __all__ = [
     "DockerSandbox",
     "BackendUnavailable",
     "capture_debpkg",
-    "capture_file",
     "docker_probes",
     "prune_stale",
     "run_docker_probes",
-    "system_context",
+    "service_targets",
     "system_inventory",
+    "system_targets",
 ]
