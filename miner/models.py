@@ -241,7 +241,7 @@ class Candidate(BaseModel):
     broken: dict[str, Outcome] = Field(default_factory=dict)
     fixed: dict[str, Outcome] = Field(default_factory=dict)
     broken_messages: dict[str, str] = Field(default_factory=dict)
-    suite_runs: int = 0
+    suite_runs: float = 0.0  # full-suite equivalents (a run of k of n tests counts k/n)
     seconds: float = 0.0
     logs: dict[str, str] = Field(default_factory=dict)  # name -> text (break, fix outputs)
 

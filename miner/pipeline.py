@@ -95,7 +95,7 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
         report.status, report.reason = "skipped", _reason(exc)
     except Exception as exc:  # a bug met on one project must not end the whole crawl
         report.status = "skipped"
-        report.reason = f"internal error: {''.join(traceback.format_exception_only(exc)).strip()}"
+        report.reason = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         traceback.print_exc()
     report.seconds = time.monotonic() - start
     store.record_project(key, report.repo, commit, source.raw, source.origin, report.status, report.reason,
