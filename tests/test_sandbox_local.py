@@ -153,6 +153,11 @@ def test_put_and_read(backend_mode: tuple[LocalBackend, Healthy]) -> None:
         assert box.read("/sandbox/nothing/here") is None
         with pytest.raises(ValueError):
             box.read("/etc/passwd")
+        # paths resolve as inside: a symlink to a /sandbox path is followed within the sandbox
+        assert box.run("ln -s /sandbox/.miner/helper.sh /sandbox/project/link.sh").exit_code == 0
+        assert box.read("/sandbox/project/link.sh") == b"#!/bin/sh\necho helped\n"
+        assert box.run("ln -s /sandbox/nowhere /sandbox/project/dangling").exit_code == 0
+        assert box.read("/sandbox/project/dangling") is None
 
 
 def test_chmod_000_is_unreadable_inside(backend_mode: tuple[LocalBackend, Healthy]) -> None:
@@ -247,6 +252,17 @@ def test_build_is_reused_when_complete(built: tuple[LocalBackend, Healthy, Path]
     assert again.ref == healthy.ref and again.site_packages == healthy.site_packages
     assert sentinel.read_text() == "kept"
     sentinel.unlink()
+
+
+def test_concurrent_builds_of_one_workdir_build_once(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    project = make_project(tmp_path / "tiny")
+    counting = spec(install_script="echo built >> /sandbox/home/count")
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: LocalBackend().build(project, counting, tmp_path / "work"), range(2)))
+    assert results[0].ref == results[1].ref
+    assert (Path(results[0].ref) / "home" / "count").read_text() == "built\n"
 
 
 def test_incomplete_build_is_redone(tmp_path: Path) -> None:

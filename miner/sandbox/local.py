@@ -19,6 +19,7 @@ Usage:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -350,17 +351,22 @@ class LocalSandbox(Sandbox):
             raise ValueError(f"{path} is not under {SANDBOX_ROOT}")
         return self.workspace.root / rel
 
-    def _host_command(self, argv: list[str], data: bytes | None = None) -> subprocess.CompletedProcess:
-        """Run a host command (full privileges, no confinement) that sees the fork's files."""
-        return subprocess.run(self.workspace.wrap(argv), input=data, capture_output=True, timeout=60)
+    def _privileged(self, script: str, args: list[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+        """A root shell script that sees the sandbox's files at their sandbox paths.
+
+        Paths resolve as they do inside (symlinks to /sandbox/..., overlay whiteouts), while
+        keeping root's right to read what a break made unreadable.
+        """
+        argv = [BWRAP, *_root_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        argv += ["--bind", str(self.workspace.root), SANDBOX_ROOT, "--unshare-pid", "--unshare-net", "--die-with-parent"]
+        argv += ["sh", "-c", script, "sh", *args]
+        return subprocess.run(self.workspace.wrap(argv), input=data, capture_output=True, timeout=120)
 
     def read(self, path: str) -> bytes | None:
         target = self._host_path(path)
-        if self.workspace.overlay is None:
+        if os.geteuid() != 0:  # copy forks only: read the copy directly
             return target.read_bytes() if target.is_file() else None
-        # Read through the kernel's overlay so whiteouts and opaque folders count as they should.
-        script = 'if [ -f "$1" ]; then cat -- "$1"; else exit 3; fi'
-        done = self._host_command(["sh", "-c", script, "sh", str(target)])
+        done = self._privileged('if [ -f "$1" ]; then exec cat -- "$1"; else exit 3; fi', [path])
         if done.returncode == 3:
             return None
         if done.returncode != 0:
@@ -369,13 +375,13 @@ class LocalSandbox(Sandbox):
 
     def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
         target = self._host_path(path)
-        if self.workspace.overlay is None:
+        if os.geteuid() != 0:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             os.chmod(target, mode)
             return
         script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
-        done = self._host_command(["sh", "-c", script, "sh", str(target), format(mode, "o")], data)
+        done = self._privileged(script, [path, format(mode, "o")], data)
         if done.returncode != 0:
             raise OSError(f"cannot write {path}: {done.stderr.decode(errors='replace')}")
 
@@ -415,6 +421,12 @@ class LocalBackend(Backend):
     def build(self, project: Project, spec: BuildSpec, workdir: Path) -> Healthy:
         workdir = Path(workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
+        # One build per workdir at a time: a second crawler waits, then reuses the result.
+        with open(workdir / "build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._build_locked(project, spec, workdir)
+
+    def _build_locked(self, project: Project, spec: BuildSpec, workdir: Path) -> Healthy:
         healthy_dir = workdir / "healthy"
         digest = build_digest(project, spec)
         marker = workdir / MARKER
