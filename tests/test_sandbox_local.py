@@ -109,6 +109,12 @@ def test_confined(built: tuple[LocalBackend, Healthy, Path]) -> None:
             result = box.run(f"touch {target}")
             assert result.exit_code != 0, target
             assert not Path(target).exists()
+        # host daemon sockets (Docker's included) are out of reach even without network
+        sockets = box.run("find / -xdev -type s 2>/dev/null; ls /run /var/run")
+        assert "docker.sock" not in sockets.output
+        if Path("/var/run/docker.sock").exists():
+            reach = box.run("python -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('/var/run/docker.sock')\"")
+            assert reach.exit_code != 0
         offline = box.run("python -c 'import socket; socket.getaddrinfo(\"pypi.org\", 443)'")
         assert offline.exit_code != 0
         assert box.run("touch /tmp/scratch && touch /sandbox/project/ok").exit_code == 0

@@ -3,7 +3,8 @@
 The healthy environment is a folder on the host (WORKDIR/healthy) holding project/, venv/,
 env.sh and home/. Every command runs under bwrap with that folder (or a fork of it) bound at
 /sandbox, the rest of the host read-only, no network unless asked, all capabilities dropped
-(so root cannot read a chmod-000 file), and ulimits on memory and processes.
+(so root cannot read a chmod-000 file), no host daemon sockets (/run is emptied), a memory
+ulimit and a pids cgroup.
 
 Forks are copy-on-write overlays when we are root and the kernel allows it: each command mounts
 overlay(lower=healthy, upper=fork/upper) in its own private mount namespace, so nothing is
@@ -46,6 +47,7 @@ from miner.sandbox.base import (
 BWRAP = "/usr/bin/bwrap"
 MARKER = "build.json"  # in WORKDIR, next to healthy/: present only once a build completed
 SKIPPED_ROOT_ENTRIES = {"proc", "dev", "tmp", "sys", "sandbox"}
+MASKED_DIRS = ("/run", "/var/run")  # sockets of host daemons live here
 MAX_OUTPUT = 2_000_000  # characters of command output kept (the tail)
 HOST_NETWORK_ENV = (  # host variables passed through only to commands that have network
     "REQUESTS_CA_BUNDLE",
@@ -88,7 +90,11 @@ def rmtree(path: Path) -> None:
 
 
 def _root_binds() -> list[str]:
-    """Rebuild the host's root read-only, entry by entry, so /sandbox can be created in it."""
+    """Rebuild the host's root read-only, entry by entry, so /sandbox can be created in it.
+
+    /run is replaced by an empty tmpfs: it holds the host's daemon sockets (Docker, containerd,
+    databases), which a read-only bind would still let a command connect to.
+    """
     args: list[str] = []
     for entry in sorted(os.listdir("/")):
         if entry in SKIPPED_ROOT_ENTRIES:
@@ -98,6 +104,12 @@ def _root_binds() -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
+    for masked in MASKED_DIRS:
+        if os.path.isdir(masked) and not os.path.islink(masked):
+            args += ["--tmpfs", masked]
+    resolv = os.path.realpath("/etc/resolv.conf")
+    if any(resolv.startswith(m + "/") for m in MASKED_DIRS) and os.path.isfile(resolv):
+        args += ["--ro-bind", resolv, resolv]  # name resolution for commands with network
     return args
 
 
