@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 import subprocess
 import tomllib
 from pathlib import Path
@@ -10,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from miner.catalogue import REPO_DIR, CatalogueError, load_catalogue, render, select_types
-from miner.models import Target
+from miner.models import InversionType, Target
 
 ROOT = Path(__file__).resolve().parent.parent
+LOCAL_FAMILIES = {"deps", "config", "data", "fs", "env"}  # the families every backend can run
 
 SAMPLE_TARGETS = {
     "distribution": Target(kind="distribution", name="six", attrs={"version": "1.17.0", "project_own": False}),
@@ -28,6 +30,24 @@ SAMPLE_CONTEXT = {
     "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "broken_b64": "aGVsbAo=",
     "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution",
 }
+
+
+def sample_target(itype: InversionType) -> Target:
+    """A target of the type's kind whose attrs satisfy its preconditions and fill its templates.
+
+    Kinds without a hand-written sample (container-only ones) get every `target.attrs.NAME`
+    their templates use, so any catalogue type, present or future, can be rendered.
+    """
+    text = itype.summary + itype.break_script + itype.fix_script
+    attrs = {name: "644" if name == "mode" else f"sample-{name}" for name in re.findall(r"target\.attrs\.(\w+)", text)}
+    attrs |= {k: v[0] if isinstance(v, list) else v for k, v in itype.preconditions.items()
+              if k != "context" and not k.startswith(("min_", "max_"))}
+    base = SAMPLE_TARGETS.get(itype.target)
+    if base is None:
+        return Target(kind=itype.target, name="sample-target-name", path="/usr/lib/sample-target-path", attrs=attrs)
+    return base.model_copy(update={"attrs": {**attrs, **base.attrs}})
+
+
 GOOD_TYPE = """\
 description: test type
 target: data
@@ -61,7 +81,10 @@ def test_catalogue_has_enough_types_and_families():
     assert {"deps", "config", "data", "fs", "env"} <= families
     for type_id, itype in catalogue.items():
         assert type_id == itype.id == f"{itype.family}/{type_id.split('/', 1)[1]}"
-        assert set(itype.backends) == {"local", "docker"}
+        if itype.family in LOCAL_FAMILIES:
+            assert set(itype.backends) == {"local", "docker"}
+        else:
+            assert itype.backends == ["docker"]
         assert itype.description and itype.summary
 
 
@@ -69,7 +92,7 @@ def test_every_type_renders_to_valid_bash():
     for itype in load_catalogue().values():
         formats = ["ini", "toml", "yaml", "json"] if itype.target == "config" else [None]
         for fmt in formats:
-            target = SAMPLE_TARGETS[itype.target]
+            target = sample_target(itype)
             if fmt:
                 target = target.model_copy(update={"attrs": {**target.attrs, "format": fmt}})
             inversion = render(itype, target, SAMPLE_CONTEXT)
@@ -81,11 +104,15 @@ def test_every_type_renders_to_valid_bash():
             assert inversion.network_fix == itype.network.get("fix", False)
 
 
-def test_network_flags_follow_pip_use():
+def test_network_flags_follow_index_use():
+    uses_index = re.compile(r"pip (install|download)|apt-get (install|update|download)")
     for itype in load_catalogue().values():
-        uses_index = "pip install" in itype.fix_script
-        assert itype.network.get("fix", False) == uses_index, itype.id
-        assert itype.network.get("break", False) == ("pip install" in itype.break_script), itype.id
+        for step in ("break", "fix"):
+            needs = bool(uses_index.search(getattr(itype, f"{step}_script")))
+            if needs:
+                assert itype.network.get(step), f"{itype.id}: {step} uses the index without network"
+            elif itype.family in LOCAL_FAMILIES:
+                assert not itype.network.get(step), f"{itype.id}: {step} asks for network it does not use"
 
 
 def test_render_missing_context_names_the_type():

@@ -1,0 +1,159 @@
+"""Task instructions: what the agent is told, written only from the observed symptom.
+
+The instruction shows one command that fails in the broken environment (the test command with
+one failing test id, or a failing derived probe's command) and the first lines of its error,
+and asks for the environment to be repaired without editing the project's code or tests. It
+never names the inversion type, its family, its target, or the fix: error lines that quote the
+type, its summary or a line of the fix script are dropped.
+
+    text = write_instruction(task, candidate, healthy)
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from miner.models import PROJECT_DIR, VENV_DIR, Candidate, HealthyState, Probe, Task
+
+MAX_LINES = 12
+MAX_LINE_CHARS = 300
+REPORT_OPTIONS = ("--junitxml", "--junit-xml", "--junit-prefix")
+
+
+@dataclass
+class Symptom:
+    """One failing check as the agent would see it."""
+
+    command: str  # what to run, in PROJECT_DIR
+    check: str  # the failing test or probe id
+    outcome: str
+    message: list[str] = field(default_factory=list)
+    failing: int = 1  # healthy-passing checks that fail now
+
+
+def plain_test_command(command: str) -> str:
+    """The test command without report-writing options (the agent does not need them)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in REPORT_OPTIONS:
+            skip = True
+            continue
+        if word.startswith(tuple(f"{opt}=" for opt in REPORT_OPTIONS)):
+            continue
+        kept.append(word)
+    return shlex.join(kept)
+
+
+def probe_command(probe: Probe) -> str:
+    """The shell command a derived probe runs."""
+    if probe.kind == "import" and probe.module:
+        return f"python -c {shlex.quote('import ' + probe.module)}"
+    if probe.kind == "http" and probe.url:
+        return f"curl -fsS {shlex.quote(probe.url)}"
+    return shlex.join(probe.argv)
+
+
+def _choose(candidate: Candidate, probes: dict[str, Probe]) -> str:
+    """The failing check to show: a real test before a probe, one with an error message first."""
+    failing = sorted(candidate.f2p)
+
+    def rank(check: str) -> tuple[bool, bool, str]:
+        return check in probes or check.startswith("probe::"), not candidate.broken_messages.get(check), check
+
+    return min(failing, key=rank)
+
+
+def _leaky(task: Task) -> list[str]:
+    """Strings whose presence in an error line would hand out the answer."""
+    fix_lines = [line.strip() for line in task.fix_script.splitlines()]
+    markers = [task.type_id, task.summary]
+    markers += [line for line in fix_lines if len(line) >= 20 and not line.startswith("set -")]
+    return [m for m in markers if m]
+
+
+def message_lines(message: str, leaks: list[str]) -> list[str]:
+    """The first non-empty lines of an error, shortened, without lines that quote the answer."""
+    lines = []
+    for line in message.splitlines():
+        if not line.strip() or any(marker in line for marker in leaks):
+            continue
+        lines.append(line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " ...")
+        if len(lines) == MAX_LINES:
+            break
+    return lines
+
+
+def observed_symptom(task: Task, candidate: Candidate, healthy: HealthyState) -> Symptom:
+    """The failing command and its error, from the candidate's broken run."""
+    if not candidate.f2p:
+        raise ValueError(f"candidate {candidate.id} has no failing check to describe")
+    probes = {p.id: p for p in [*healthy.probes, *task.probes]}
+    check = _choose(candidate, probes)
+    test_command = plain_test_command(task.test_command or healthy.test_command)
+    if check in probes:
+        command = probe_command(probes[check])
+    else:
+        command = f"{test_command} {shlex.quote(check)}"
+    return Symptom(
+        command=command,
+        check=check,
+        outcome=candidate.broken.get(check, "failed"),
+        message=message_lines(candidate.broken_messages.get(check, ""), _leaky(task)),
+        failing=len(candidate.f2p),
+    )
+
+
+def _outcome_words(outcome: str) -> str:
+    return {
+        "skipped": "is now skipped instead of passing",
+        "missing": "no longer runs at all (it is missing from the test report)",
+        "error": "now ends with an error",
+    }.get(outcome, "now fails")
+
+
+def render_instruction(symptom: Symptom, test_command: str) -> str:
+    """The markdown instruction for one symptom."""
+    others = symptom.failing - 1
+    also = f"; {others} other check{'s' if others != 1 else ''} that used to pass fail{'' if others != 1 else 's'} too"
+    parts = [
+        "# Make the test suite pass again",
+        "",
+        f"The Python project in `{PROJECT_DIR}` used to work: its test suite passed. Something around the "
+        f"project has changed since, and the check below {_outcome_words(symptom.outcome)}"
+        f"{also if others > 0 else ''}. Run in `{PROJECT_DIR}`:",
+        "",
+        "```bash",
+        symptom.command,
+        "```",
+        "",
+    ]
+    if symptom.message:
+        parts += ["Its output starts with:", "", "```text", *symptom.message, "```", ""]
+    parts += [
+        "Find the cause and repair the environment the project runs in, so that the whole suite "
+        f"(`{test_command}`, run in `{PROJECT_DIR}`) passes again. The project uses the Python of the "
+        f"virtual environment in `{VENV_DIR}`.",
+        "",
+        "Rules:",
+        "",
+        "- Do not modify the project's source code or its tests: they are checked and must stay "
+        "byte-for-byte as they are.",
+        "- Do not skip, deselect or delete tests, and do not change how they are run.",
+        "- Restore what the project expects instead of working around it.",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def write_instruction(task: Task, candidate: Candidate, healthy: HealthyState) -> str:
+    """The instruction.md text of a validated task, from its candidate's broken run."""
+    symptom = observed_symptom(task, candidate, healthy)
+    return render_instruction(symptom, plain_test_command(task.test_command or healthy.test_command))

@@ -1,0 +1,151 @@
+"""Instructions describe the symptom (a failing command and its error), never the break or its fix."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from miner.catalogue import load_catalogue, render
+from miner.instruction import (
+    MAX_LINES,
+    message_lines,
+    observed_symptom,
+    plain_test_command,
+    probe_command,
+    write_instruction,
+)
+from miner.models import Candidate, HealthyState, Probe, Source, Target, Task
+from test_catalogue import sample_target
+
+CATALOGUE = load_catalogue()
+TEST_ID = "tests/test_report.py::test_totals[week]"
+TARGETS = {
+    "distribution": Target(kind="distribution", name="tabulate", attrs={"version": "0.9.0"}),
+    "module": Target(kind="module", name="tabulate", path="tabulate/__init__.py", attrs={"dist": "tabulate"}),
+    "config": Target(kind="config", name="conf/report.toml", path="conf/report.toml", attrs={"format": "toml"}),
+    "data": Target(kind="data", name="samples/rows.csv", path="samples/rows.csv", attrs={}),
+    "script": Target(kind="script", name="report-cli", path="bin/report-cli", attrs={"dist": "weekly"}),
+    "envvar": Target(kind="envvar", name="REPORT_LOCALE", attrs={"value": "en_GB"}),
+}
+
+
+def target_for(itype) -> Target:
+    """A sample target of the type's kind (named unlike anything in the error messages used here)."""
+    sample = sample_target(itype)
+    base = TARGETS.get(itype.target)
+    return base.model_copy(update={"attrs": {**sample.attrs, **base.attrs}}) if base else sample
+CONTEXT = {
+    "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "tabulate", "version": "0.9.0",
+    "value": "en_GB", "bad_version": "0.8.10", "key": "output.width", "broken_b64": "aGVsbAo=",
+    "old_value": "80", "new_value": '"80"', "wrong_value": "en_BG",
+}
+
+
+def real_failure(code: str) -> str:
+    """The error output of a real Python process (what a broken run records)."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode != 0
+    return result.stderr
+
+
+def make(type_id: str, message: str, f2p=(TEST_ID,), probes=(), broken=None):
+    itype = CATALOGUE[type_id]
+    target = target_for(itype)
+    inversion = render(itype, target, CONTEXT)
+    healthy = HealthyState(repo="r", commit="c", backend="local", test_command="python -m pytest",
+                           outcomes={t: "passed" for t in [*f2p, "tests/test_report.py::test_header"]},
+                           probes=list(probes))
+    candidate = Candidate(id="cand", repo="r", commit="c", inversion=inversion, status="validated",
+                          f2p=list(f2p), p2p=["tests/test_report.py::test_header"],
+                          broken=broken or {t: "failed" for t in f2p}, broken_messages={f2p[0]: message})
+    task = Task(id="cand", repo="r", commit="c", source=Source(raw="x", kind="local", location="/x"),
+                type_id=inversion.type_id, family=inversion.family, target=target, summary=inversion.summary,
+                break_script=inversion.break_script, fix_script=inversion.fix_script, f2p=list(f2p),
+                p2p=candidate.p2p, test_command="python -m pytest")
+    return task, candidate, healthy
+
+
+@pytest.mark.parametrize("type_id", sorted(CATALOGUE))
+def test_instruction_never_names_type_family_target_or_fix(type_id):
+    message = real_failure("raise RuntimeError('report totals do not add up: 12 != 15')")
+    task, candidate, healthy = make(type_id, message)
+    text = write_instruction(task, candidate, healthy)
+    assert type_id not in text
+    assert not re.search(rf"\b{re.escape(task.family)}\b", text, re.IGNORECASE)
+    assert task.summary not in text
+    assert task.target.name not in text
+    for line in task.fix_script.splitlines():
+        if len(line.strip()) >= 12 and not line.startswith("set -"):
+            assert line.strip() not in text
+    for word in ("pip install", "chmod", "base64", "uninstall", "symlink", "PYTHONPATH", ".pth"):
+        assert word not in text
+    assert f"python -m pytest '{TEST_ID}'" in text
+    assert "report totals do not add up: 12 != 15" in text
+    assert "source code" in text and "tests" in text
+
+
+def test_error_lines_quoting_the_answer_are_dropped():
+    task, candidate, healthy = make("deps/uninstall", "")
+    fix_line = next(line for line in task.fix_script.splitlines() if "pip install" in line)
+    message = "\n".join([
+        "E   ModuleNotFoundError: No module named 'tabulate'",
+        f"hint: {task.summary}",
+        f"hint: run {fix_line.strip()}",
+        f"from {task.type_id}",
+    ])
+    lines = message_lines(message, [task.type_id, task.summary, fix_line.strip()])
+    assert lines == ["E   ModuleNotFoundError: No module named 'tabulate'"]
+    candidate.broken_messages[TEST_ID] = message
+    text = write_instruction(task, candidate, healthy)
+    assert "No module named 'tabulate'" in text  # the symptom itself may name a module
+    assert "pip install" not in text and task.summary not in text and task.type_id not in text
+
+
+def test_message_is_cut_to_its_first_lines():
+    message = real_failure("import sys\nfor i in range(40): print(f'line {i}', file=sys.stderr)\nraise SystemExit(1)")
+    lines = message_lines(message, [])
+    assert lines == [f"line {i}" for i in range(MAX_LINES)]
+    assert message_lines("x" * 1000, [])[0].endswith(" ...")
+
+
+def test_a_real_test_is_shown_before_a_probe_and_one_with_a_message_first():
+    probe = Probe(id="probe::import::weekly", kind="import", module="weekly")
+    other = "tests/test_report.py::test_empty"
+    task, candidate, healthy = make("deps/bad-pth", "", f2p=(other, TEST_ID, probe.id), probes=[probe])
+    candidate.broken_messages = {TEST_ID: "AssertionError: 3 != 4", probe.id: "ImportError: halted"}
+    symptom = observed_symptom(task, candidate, healthy)
+    assert symptom.check == TEST_ID and symptom.message == ["AssertionError: 3 != 4"]
+    assert symptom.failing == 3
+    assert "; 2 other checks that used to pass fail too" in write_instruction(task, candidate, healthy)
+
+
+def test_a_failing_probe_shows_its_own_command():
+    probe = Probe(id="probe::script::report-cli --help", kind="script", argv=["report-cli", "--help"])
+    task, candidate, healthy = make("fs/no-exec", "bash: report-cli: Permission denied", f2p=(probe.id,),
+                                    probes=[probe])
+    symptom = observed_symptom(task, candidate, healthy)
+    assert symptom.command == "report-cli --help"
+    assert probe_command(Probe(id="p", kind="import", module="weekly")) == "python -c 'import weekly'"
+
+
+def test_outcomes_other_than_failed_are_described():
+    task, candidate, healthy = make("data/truncate", "", broken={TEST_ID: "missing"})
+    text = write_instruction(task, candidate, healthy)
+    assert "no longer runs at all" in text and "Its output starts with" not in text
+    task, candidate, healthy = make("data/truncate", "", broken={TEST_ID: "skipped"})
+    assert "is now skipped" in write_instruction(task, candidate, healthy)
+
+
+def test_report_options_are_removed_from_the_test_command():
+    assert plain_test_command("python -m pytest --junitxml=/sandbox/.miner/r.xml -q") == "python -m pytest -q"
+    assert plain_test_command("pytest --junit-xml /tmp/r.xml tests") == "pytest tests"
+
+
+def test_no_failing_check_is_an_error():
+    task, candidate, healthy = make("data/crlf", "")
+    candidate.f2p = []
+    with pytest.raises(ValueError):
+        write_instruction(task, candidate, healthy)
