@@ -1,0 +1,221 @@
+"""Check exported Harbor task folders end to end, in Docker, from their own files only.
+
+For each task folder: the layout is valid (task.toml with [task].name, instruction.md,
+environment/Dockerfile, tests/test.sh, solution/solve.sh); environment/ builds; in a fresh
+container the verifier scores the untouched (broken) environment 0; in another fresh
+container, after solution/solve.sh, it scores 1. This is what `harbor run -a nop` and
+`-a oracle` do, without needing Harbor.
+
+    results = check_tasks([Path("out/task-a"), Path("out/task-b")])
+    bad = [r for r in results if not r.ok]
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from miner.models import content_id
+
+REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
+REWARD = "/logs/verifier/reward.txt"
+VERDICT = "/logs/verifier/verdict.json"
+
+
+@dataclass
+class Scenario:
+    """One verifier run: its reward (None when none was written) and why."""
+
+    reward: float | None = None
+    problems: list[str] = field(default_factory=list)
+    failing: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    output: str = ""
+
+    def why(self) -> str:
+        if self.problems:
+            return self.problems[0]
+        if self.failing:
+            test_id, outcome = next(iter(self.failing.items()))
+            more = f" (+{len(self.failing) - 1} more)" if len(self.failing) > 1 else ""
+            return f"{test_id}: {outcome}{more}"
+        return self.output.strip().splitlines()[-1] if self.output.strip() else "no reward written"
+
+
+@dataclass
+class CheckResult:
+    path: Path
+    name: str = ""
+    build_seconds: float = 0.0
+    nop: Scenario | None = None
+    oracle: Scenario | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (not self.error and self.nop is not None and self.oracle is not None
+                and self.nop.reward == 0 and self.oracle.reward == 1)
+
+    @property
+    def reason(self) -> str:
+        if self.error:
+            return self.error
+        if self.nop is None or self.oracle is None:
+            return "not run"
+        if self.nop.reward != 0:
+            return f"without the fix the verifier scored {self.nop.reward}: the break does not fail any check"
+        if self.oracle.reward != 1:
+            return f"after solution/solve.sh the verifier scored {self.oracle.reward}: {self.oracle.why()}"
+        return ""
+
+
+class CheckError(Exception):
+    """A task folder cannot be checked (layout, build); the message says why."""
+
+
+def read_config(task_dir: Path) -> dict:
+    missing = [p for p in REQUIRED if not (task_dir / p).is_file()]
+    if missing:
+        raise CheckError(f"not a Harbor task folder: missing {', '.join(missing)}")
+    try:
+        config = tomllib.loads((task_dir / "task.toml").read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise CheckError(f"task.toml does not parse: {exc}") from None
+    if not config.get("task", {}).get("name"):
+        raise CheckError("task.toml has no [task].name")
+    return config
+
+
+def tar_folder(folder: Path, arcname: str) -> bytes:
+    """A tar of a folder's contents under `arcname`, root-owned (for put_archive)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            return info
+
+        tar.add(str(folder), arcname=arcname, filter=owner)
+    return buf.getvalue()
+
+
+def read_file(container, path: str) -> bytes | None:  # noqa: ANN001 - a docker Container
+    import docker.errors
+
+    try:
+        stream, _ = container.get_archive(path)
+    except docker.errors.NotFound:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.next()
+        handle = tar.extractfile(member) if member else None
+        return handle.read() if handle else None
+
+
+class Checker:
+    """Builds task images and runs the nop and oracle scenarios in fresh containers."""
+
+    def __init__(self, client=None, keep_images: bool = False) -> None:  # noqa: ANN001
+        from miner.images import docker_client
+
+        self.client = client or docker_client()
+        self.keep_images = keep_images
+
+    def build(self, task_dir: Path, timeout: float) -> str:
+        import docker.errors
+
+        from miner.images import labels
+
+        context = task_dir / "environment"
+        tag = f"miner/check:{content_id(str(task_dir.resolve()), length=12)}"
+        try:
+            image, _ = self.client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False,
+                                                labels=labels("broken", check="1"), timeout=int(timeout))
+        except docker.errors.BuildError as exc:
+            tail = "".join(c.get("stream", "") or c.get("error", "") for c in exc.build_log).strip().splitlines()[-8:]
+            raise CheckError(f"environment/ does not build: {exc.msg} | " + " / ".join(tail)) from None
+        except docker.errors.APIError as exc:
+            raise CheckError(f"environment/ does not build: {exc.explanation or exc}") from None
+        return image.id
+
+    def scenario(self, image: str, task_dir: Path, config: dict, with_solution: bool) -> Scenario:
+        """A fresh container: optionally solve.sh (as the oracle agent), then tests/test.sh."""
+        from miner.images import labels
+
+        result = Scenario()
+        start = time.monotonic()
+        container = self.client.containers.run(image, ["sleep", "infinity"], detach=True,
+                                               labels=labels("fork", purpose="check"))
+        try:
+            container.exec_run(["mkdir", "-p", "/logs/verifier", "/logs/agent"])
+            if with_solution:
+                container.put_archive("/", tar_folder(task_dir / "solution", "solution"))
+                agent = float(config.get("agent", {}).get("timeout_sec") or 900)
+                code, out = container.exec_run(["timeout", "-k", "10", str(int(agent)), "bash", "/solution/solve.sh"])
+                if code != 0:
+                    result.output += f"solve.sh exited {code}: {out.decode(errors='replace')[-400:]}\n"
+            container.put_archive("/", tar_folder(task_dir / "tests", "tests"))
+            limit = float(config.get("verifier", {}).get("timeout_sec") or 600)
+            _, out = container.exec_run(["timeout", "-k", "10", str(int(limit)), "bash", "/tests/test.sh"])
+            result.output += out.decode(errors="replace")
+            raw = read_file(container, REWARD)
+            result.reward = float(raw.decode().strip()) if raw and raw.strip() else None
+            verdict = read_file(container, VERDICT)
+            if verdict:
+                data = json.loads(verdict)
+                result.problems = list(data.get("problems", []))
+                result.failing = {k: v for k, v in data.get("outcomes", {}).items() if v != "passed"}
+        finally:
+            container.remove(force=True)
+        result.seconds = round(time.monotonic() - start, 2)
+        return result
+
+    def check(self, task_dir: Path) -> CheckResult:
+        result = CheckResult(path=task_dir)
+        try:
+            config = read_config(task_dir)
+            result.name = config["task"]["name"]
+            start = time.monotonic()
+            image = self.build(task_dir, float(config.get("environment", {}).get("build_timeout_sec") or 1200))
+            result.build_seconds = round(time.monotonic() - start, 2)
+            try:
+                result.nop = self.scenario(image, task_dir, config, with_solution=False)
+                result.oracle = self.scenario(image, task_dir, config, with_solution=True)
+            finally:
+                if not self.keep_images:
+                    self.client.images.remove(image, force=True)
+        except CheckError as exc:
+            result.error = str(exc)
+        return result
+
+
+def task_dirs(paths: list[Path]) -> list[Path]:
+    """The task folders named: a task folder itself, or every task folder directly inside a folder."""
+    found: list[Path] = []
+    for path in paths:
+        if (path / "task.toml").is_file():
+            found.append(path)
+        elif path.is_dir():
+            found += sorted(p for p in path.iterdir() if (p / "task.toml").is_file())
+        else:
+            found.append(path)  # reported as not a task folder
+    return found
+
+
+def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | None = None,
+                client=None) -> list[CheckResult]:  # noqa: ANN001
+    """Check every task folder named by `paths` (see task_dirs), one after the other."""
+    checker = Checker(client)
+    results = []
+    for task_dir in task_dirs(paths):
+        result = checker.check(task_dir)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results

@@ -1,0 +1,636 @@
+"""What every export format shares: the task's build context, its Dockerfile, its verifier.
+
+An exported task rebuilds the exact environment miner validated, from its own files only:
+
+    environment/
+      Dockerfile          stage "healthy": FROM the base image, the project unpacked at
+                          /sandbox/project, a venv at /sandbox/venv, the install script run with
+                          the healthy distributions pinned; then one layer running the break
+                          script (miner.images.break_dockerfile, verbatim) and deleting it
+      project.tar.gz      the project's files at the mined commit (deterministic archive)
+      build/              build.sh, install.sh, env.sh, constraints.txt (removed after the build)
+      break.sh
+      host-ca.crt         the host's CA bundle, when pip needs it to reach the index
+    tests/                test.sh and verifier.py (see miner/assets/verifier.py), the guard,
+                          probe.py, spec.json, manifest.json and originals/ (the test files)
+
+The healthy manifest (manifest.json) is measured once per project: the "healthy" stage is built
+in the local Docker engine and the verifier's --collect mode runs in it. Everything written is
+deterministic, so exporting twice gives byte-identical folders.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path, PurePosixPath
+
+from miner import __version__
+from miner.models import ENV_FILE, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, HealthyState, Project, Task, content_id
+from miner.sandbox.base import BuildSpec
+
+DEFAULT_BASE_IMAGE = "miner/base:bookworm"
+DEFAULT_ORG = "miner"
+FORMATS = ("harbor", "terminal-bench", "jsonl")
+BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: build isolation needs new ones
+TEST_DIR_NAMES = {"test", "tests", "testing"}
+SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".nox", ".hg", ".svn"}
+PYTEST_LAUNCHERS = ({"python", "python3"}, {"pytest", "py.test"})
+MANIFEST_TIMEOUT = 600
+SITE_PACKAGES = f"{VENV_DIR}/lib/python3.11/site-packages"
+HOME_DIR = f"{SANDBOX_ROOT}/home"
+
+
+class ExportError(Exception):
+    """A task cannot be exported; the message says why."""
+
+
+@dataclass
+class ExportOptions:
+    """Settings shared by every exported task."""
+
+    org: str = DEFAULT_ORG
+    base_image: str = DEFAULT_BASE_IMAGE
+    overwrite: bool = False
+    cpus: int = 1
+    memory_mb: int = 4096
+    storage_mb: int = 10240
+    build_timeout_sec: float = 1200.0
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]*", self.org) or ".." in self.org:
+            raise ValueError(f"--org must look like a package owner (letters, digits, . _ -), not {self.org!r}")
+
+
+@dataclass
+class TaskSource:
+    """Everything an exporter needs about one stored task."""
+
+    task: Task
+    project: Project
+    spec: BuildSpec
+    healthy: HealthyState | None
+    name: str  # folder name and the part of the Harbor name after "ORG/"
+
+
+# -- names, timeouts ----------------------------------------------------------------------------
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.") or "task"
+
+
+def task_slug(task: Task) -> str:
+    """A stable, readable, unique folder name: project, inversion type and id prefix."""
+    return f"{slug(task.source.name)[:40]}__{slug(task.type_id.replace('/', '-'))}__{task.id[:10]}"
+
+
+def test_timeout(task: Task) -> int:
+    """Seconds the verifier's pytest run may take: generous against a slower machine."""
+    return int(max(120, 4 * task.suite_seconds + 60))
+
+
+def verifier_timeout(task: Task) -> float:
+    return float(test_timeout(task) + 180)  # static checks, probes, bytecode compiled afresh
+
+
+def agent_timeout(task: Task) -> float:
+    return float(max(900, 60 * round((30 * task.suite_seconds + 600) / 60)))
+
+
+# -- the project archive and the build context ------------------------------------------------------
+
+
+def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    return info
+
+
+def project_tarball(root: Path, prefix: str = "project") -> bytes:
+    """A deterministic .tar.gz of the project folder (sorted, mtime 0, root-owned, modes kept)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(str(root), arcname=prefix, recursive=False, filter=_tar_filter)
+        for path in sorted(_walk(root), key=lambda p: p.relative_to(root).as_posix()):
+            tar.add(str(path), arcname=f"{prefix}/{path.relative_to(root).as_posix()}", recursive=False,
+                    filter=_tar_filter)
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, compresslevel=9, filename="") as handle:
+        handle.write(raw.getvalue())
+    return out.getvalue()
+
+
+def _walk(root: Path) -> Iterable[Path]:
+    for folder, dirs, files in os.walk(root):
+        base = Path(folder)
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+        for name in dirs + files:
+            yield base / name
+
+
+def constraints(healthy: HealthyState | None) -> str:
+    """Pins of every healthy distribution except the project's own and the build tools."""
+    if healthy is None:
+        return ""
+    own = set(healthy.project_dists)
+    lines = [f"{name}=={version}" for name, version in sorted(healthy.distributions.items())
+             if name not in own and name not in BUILD_TOOLS]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def render_env_file(env: dict[str, str]) -> str:
+    """The /sandbox/env.sh text (same form as the sandbox backends write)."""
+    lines = ["# miner: the healthy environment, sourced before every command"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    return "\n".join(lines) + "\n"
+
+
+BUILD_SH = """#!/bin/bash
+# miner: build the healthy environment as the sandbox backends do (venv, env file, install),
+# with the healthy distributions pinned so a later rebuild installs the same versions.
+set -e
+mkdir -p {home}
+{python} -m venv {venv}
+install -m 0644 /sandbox/.build/env.sh {env_file}
+export PIP_NO_CACHE_DIR=1 PIP_CONSTRAINT=/sandbox/.build/constraints.txt
+bash -c 'source {env_file}; source {venv}/bin/activate; cd {project} && bash /sandbox/.build/install.sh'
+{venv}/bin/python -m compileall -q -j 0 {project} {venv}/lib >/dev/null 2>&1 || true
+"""
+
+
+def build_files(ts: TaskSource) -> dict[str, str]:
+    """build/ of the context: what the healthy stage runs, removed again in the same layer."""
+    return {
+        "build/build.sh": BUILD_SH.format(python=shlex.quote(ts.spec.python), venv=VENV_DIR, env_file=ENV_FILE,
+                                          project=PROJECT_DIR, home=HOME_DIR),
+        "build/install.sh": ts.spec.install_script or "true\n",
+        "build/env.sh": render_env_file(ts.spec.env),
+        "build/constraints.txt": constraints(ts.healthy),
+    }
+
+
+@dataclass
+class PipForwarding:
+    """The host's pip settings a container build needs (index, CA bundle), read once per export."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    cert: bytes | None = None
+
+    @classmethod
+    def from_host(cls) -> PipForwarding:
+        from miner.images import host_pip_settings
+
+        settings = host_pip_settings()
+        cert = settings.cert.read_bytes() if settings.cert and settings.cert.is_file() else None
+        return cls(env=settings.env(), cert=cert)
+
+
+def site_packages(ts: TaskSource) -> str:
+    path = ts.healthy.site_packages if ts.healthy else ""
+    return path if path.startswith(VENV_DIR + "/") else SITE_PACKAGES
+
+
+def healthy_stage(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str = "") -> str:
+    """The Dockerfile text of the healthy stage; `prefix` is the context folder of the files."""
+    from miner.images import HOST_CA_NAME, HOST_CA_PATH
+
+    env = {
+        "MINER_PROJECT": PROJECT_DIR, "MINER_VENV": VENV_DIR, "MINER_PYTHON": f"{VENV_DIR}/bin/python",
+        "MINER_SITE_PACKAGES": site_packages(ts), "MINER_ENV_FILE": ENV_FILE, "VIRTUAL_ENV": VENV_DIR,
+        "HOME": HOME_DIR, "PATH": f"{VENV_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+    }
+    lines = [f"FROM {base_image} AS healthy", "USER root"]
+    if pip.cert is not None:
+        lines.append(f"COPY {prefix}{HOST_CA_NAME} {HOST_CA_PATH}")
+    env |= pip.env
+    lines.append("ENV " + " \\\n    ".join(f"{k}={json.dumps(v)}" for k, v in sorted(env.items())))
+    lines += [
+        f"ADD {prefix}project.tar.gz /sandbox/",
+        f"COPY {prefix}build/ /sandbox/.build/",
+        "RUN bash /sandbox/.build/build.sh && rm -rf /sandbox/.build",
+        f"WORKDIR {PROJECT_DIR}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def dockerfile(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str = "",
+               pre_stage: str = "") -> str:
+    """The task's whole Dockerfile: the healthy stage, then the break layer."""
+    from miner.images import break_dockerfile
+
+    header = (f"# miner task {ts.task.id}: {ts.task.type_id} on {ts.task.target.key}\n"
+              f"# project {ts.task.repo} at {ts.task.commit} (exported by miner {__version__})\n")
+    breaking = break_dockerfile("healthy", "break.sh")
+    if prefix:
+        breaking = breaking.replace("COPY break.sh ", f"COPY {prefix}break.sh ")
+    return header + pre_stage + healthy_stage(ts, base_image, pip, prefix) + "\n" + breaking + f"WORKDIR {PROJECT_DIR}\n"
+
+
+def environment_files(ts: TaskSource, pip: PipForwarding, tarball: bytes) -> dict[str, bytes]:
+    """The build context files (without the Dockerfile)."""
+    from miner.images import HOST_CA_NAME
+
+    files = {"project.tar.gz": tarball, "break.sh": ts.task.break_script.encode()}
+    files |= {k: v.encode() for k, v in build_files(ts).items()}
+    if pip.cert is not None:
+        files[HOST_CA_NAME] = pip.cert
+    return files
+
+
+# -- the healthy manifest -------------------------------------------------------------------------
+
+
+def asset(name: str) -> bytes:
+    return resources.files("miner").joinpath("assets", name).read_bytes()
+
+
+COLLECT = (
+    "source /sandbox/env.sh >/dev/null 2>&1; cd /sandbox/project; "
+    "for py in /usr/bin/python3 /usr/local/bin/python3; do "
+    '[ -x "$py" ] && exec "$py" -I -S /tmp/miner-verifier.py --collect; done; '
+    "echo 'no system python3 in the image' >&2; exit 3"
+)
+
+
+class ManifestCache:
+    """Healthy manifests by build-context hash: memory, then disk, then a build in Docker."""
+
+    def __init__(self, folder: Path, client=None) -> None:  # noqa: ANN001 - a docker.DockerClient
+        self.folder = Path(folder)
+        self.client = client
+        self.memory: dict[str, dict] = {}
+        self.built = 0
+
+    def get(self, stage: str, files: dict[str, bytes]) -> dict:
+        context = {k: v for k, v in files.items() if k != "break.sh"}
+        key = content_id(stage, {k: hashlib.sha256(v).hexdigest() for k, v in sorted(context.items())},
+                         hashlib.sha256(asset("verifier.py")).hexdigest(), length=24)
+        if key in self.memory:
+            return self.memory[key]
+        path = self.folder / f"{key}.json"
+        if path.is_file():
+            self.memory[key] = json.loads(path.read_text())
+            return self.memory[key]
+        manifest = self._measure(key, stage, context)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
+        tmp.write_text(json.dumps(manifest, sort_keys=True))
+        tmp.replace(path)
+        self.memory[key] = manifest
+        return manifest
+
+    def _client(self):  # noqa: ANN202
+        if self.client is None:
+            from miner.images import docker_client
+
+            self.client = docker_client()
+        return self.client
+
+    def _measure(self, key: str, stage: str, context: dict[str, bytes]) -> dict:
+        """Build the healthy stage and run the verifier's --collect mode inside it."""
+        from miner.images import labels
+
+        client = self._client()
+        tag = f"miner/export-healthy:{key}"
+        with tempfile.TemporaryDirectory(prefix="miner-export-") as tmp:
+            write_files(Path(tmp), context | {"Dockerfile": stage.encode()})
+            build_stage(client, Path(tmp), tag, labels("healthy", export="1"))
+        self.built += 1
+        return run_collector(client, tag)
+
+
+def build_stage(client, context: Path, tag: str, image_labels: dict[str, str]) -> None:  # noqa: ANN001
+    """Build a context folder's Dockerfile; ExportError with the log tail on failure."""
+    import docker.errors
+
+    try:
+        client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False, labels=image_labels)
+    except docker.errors.BuildError as exc:
+        lines = [c.get("stream", "") or c.get("error", "") for c in exc.build_log]
+        tail = "".join(lines).strip().splitlines()[-15:]
+        raise ExportError(f"the healthy environment does not build: {exc.msg}\n" + "\n".join(tail)) from None
+    except docker.errors.APIError as exc:
+        raise ExportError(f"the healthy environment does not build: {exc.explanation or exc}") from None
+
+
+def run_collector(client, image: str) -> dict:  # noqa: ANN001
+    """The verifier's --collect output in a fresh, network-less container of `image`."""
+    from miner.images import labels, tar_one
+
+    container = client.containers.create(image, ["bash", "-c", COLLECT], network_disabled=True,
+                                          labels=labels("fork", purpose="export-manifest"))
+    try:
+        container.put_archive("/tmp", tar_one("miner-verifier.py", asset("verifier.py")))
+        container.start()
+        status = container.wait(timeout=MANIFEST_TIMEOUT)
+        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        if status.get("StatusCode") != 0:
+            raise ExportError(f"measuring the healthy environment failed: {err.strip()[-800:]}")
+        return json.loads(out.strip().splitlines()[-1])
+    finally:
+        container.remove(force=True)
+
+
+# -- the verifier's files ---------------------------------------------------------------------------
+
+
+def pytest_args(test_command: str) -> list[str]:
+    """The pytest arguments of a task's test command (`python -m pytest ARGS` or `pytest ARGS`)."""
+    try:
+        argv = shlex.split(test_command or "python -m pytest")
+    except ValueError as exc:
+        raise ExportError(f"test command {test_command!r} cannot be parsed: {exc}") from None
+    python, pytest = PYTEST_LAUNCHERS
+    if len(argv) >= 3 and (os.path.basename(argv[0]) in python or argv[0] == "$MINER_PYTHON") and argv[1:3] == ["-m", "pytest"]:
+        return argv[3:]
+    if argv and os.path.basename(argv[0]) in pytest:
+        return argv[1:]
+    raise ExportError(f"test command {test_command!r} is not a plain pytest invocation the verifier can guard")
+
+
+def project_relative(path: str | None) -> str | None:
+    if not path:
+        return None
+    if path.startswith(PROJECT_DIR + "/"):
+        return path[len(PROJECT_DIR) + 1:]
+    return None if path.startswith("/") else path.lstrip("./") or None
+
+
+def _under(rel: str, root: str | None) -> bool:
+    return root is not None and (rel == root or rel.startswith(root.rstrip("/") + "/"))
+
+
+def test_files(ts: TaskSource) -> dict[str, Path]:
+    """Project-relative test files the verifier puts back: the test folders, conftests, test modules.
+
+    The break's own target (a test data file, say) is never among them.
+    """
+    root = ts.project.path
+    target = project_relative(ts.task.target.path)
+    ids = [t for t in ts.task.f2p + ts.task.p2p if not t.startswith("probe::")]
+    test_roots: set[str] = set()
+    for test_id in ids:
+        parts = PurePosixPath(test_id.split("::")[0]).parts
+        cut = next((i for i, p in enumerate(parts[:-1]) if p in TEST_DIR_NAMES), None)
+        test_roots.add("/".join(parts[: cut + 1]) if cut is not None else "/".join(parts))
+    wanted: dict[str, Path] = {}
+    for path in _walk(root):
+        if not path.is_file() or path.is_symlink():
+            continue
+        rel = path.relative_to(root).as_posix()
+        name = path.name
+        is_test = (
+            any(_under(rel, r) for r in test_roots)
+            or name == "conftest.py"
+            or (rel in ts.task.protected and (name.startswith("test_") or name.endswith("_test.py")))
+        )
+        if is_test and not _under(rel, target):
+            wanted[rel] = path
+    return dict(sorted(wanted.items()))
+
+
+def verifier_spec(ts: TaskSource, originals: dict[str, Path]) -> dict:
+    task = ts.task
+    return {
+        "task_id": task.id,
+        "project_dir": PROJECT_DIR,
+        "venv_dir": VENV_DIR,
+        "env_file": ENV_FILE,
+        "f2p": task.f2p,
+        "p2p": task.p2p,
+        "probes": [p.model_dump() for p in task.probes],
+        "protected": dict(sorted(task.protected.items())),
+        "originals": {rel: {"sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "mode": p.stat().st_mode & 0o777}
+                      for rel, p in originals.items()},
+        "pytest_args": pytest_args(task.test_command),
+        "timeout": test_timeout(task),
+        "target_envvar": task.target.name if task.target.kind == "envvar" else None,
+    }
+
+
+TEST_SH = """#!/bin/bash
+# Verifier of miner task {task_id}: writes {reward} (1 = repaired, 0 = not).
+# All checks live in verifier.py, run by the system interpreter in isolated mode; this wrapper
+# only makes sure that interpreter is the healthy one. Any error leaves the reward at 0.
+mkdir -p {reward_dir}
+rm -rf {reward_dir}/reward.json {reward}
+echo 0 > {reward}
+PY={python}
+want={sha}
+have=$(sha256sum "$(readlink -f "$PY")" 2>/dev/null | cut -d' ' -f1)
+if [ "$have" != "$want" ]; then
+    echo "verifier: $PY is missing or is not the healthy interpreter: reward 0"
+else
+    "$PY" -I -S {tests}/verifier.py --reward {reward}{extra}
+fi
+"""
+
+
+def test_script(ts: TaskSource, manifest: dict, reward: str = "/logs/verifier/reward.txt",
+                tests_dir: str = "/tests", extra: str = "") -> str:
+    system = manifest["system_python"]
+    return TEST_SH.format(task_id=ts.task.id, reward=reward, reward_dir=os.path.dirname(reward),
+                          python=shlex.quote(system["path"]), sha=system["sha256"], tests=tests_dir, extra=extra)
+
+
+def verifier_files(ts: TaskSource, manifest: dict) -> dict[str, bytes]:
+    """tests/ without test.sh: the verifier, its guard, probe runner, spec, manifest and originals."""
+    originals = test_files(ts)
+    files = {
+        "verifier.py": asset("verifier.py"),
+        "verifier_pytest.py": asset("verifier_pytest.py"),
+        "probe.py": asset("probe.py"),
+        "spec.json": json.dumps(verifier_spec(ts, originals), indent=1, sort_keys=True).encode(),
+        "manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode(),
+    }
+    files |= {f"originals/{rel}": path.read_bytes() for rel, path in originals.items()}
+    return files
+
+
+def solve_script(task: Task) -> str:
+    """solution/solve.sh: the fix script, run the way miner validated it (env file, project folder)."""
+    return (
+        "#!/bin/bash\n"
+        f"# Oracle of miner task {task.id}: the validated fix for {task.type_id} on {task.target.key}.\n"
+        f"source {ENV_FILE}\ncd {PROJECT_DIR}\n"
+        "# --- fix script ---\n"
+        + task.fix_script.rstrip("\n") + "\n"
+    )
+
+
+# -- writing folders --------------------------------------------------------------------------------
+
+
+EXECUTABLE = (".sh",)
+
+
+def write_files(root: Path, files: dict[str, bytes | str]) -> None:
+    for rel, data in sorted(files.items()):
+        path = root.joinpath(*PurePosixPath(rel).parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+        path.chmod(0o755 if rel.endswith(EXECUTABLE) else 0o644)
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def place_tree(dest: Path, files: dict[str, bytes | str], overwrite: bool) -> str:
+    """Write a task folder atomically: "written", "unchanged", "updated" or "kept" (exists)."""
+    wanted = {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+    if dest.exists():
+        if not overwrite:
+            return "kept"
+        if dest.is_dir() and read_tree(dest) == wanted:
+            return "unchanged"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
+    write_files(tmp, wanted)
+    status = "written"
+    if dest.exists():
+        old = dest.parent / f".old-{dest.name}-{uuid.uuid4().hex[:8]}"
+        dest.rename(old)
+        tmp.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+        status = "updated"
+    else:
+        tmp.rename(dest)
+    return status
+
+
+# -- loading tasks --------------------------------------------------------------------------------
+
+
+class SourceLoader:
+    """Fetches each task's project once (at the mined commit) and builds its BuildSpec."""
+
+    def __init__(self, store) -> None:  # noqa: ANN001 - miner.store.Store
+        self.store = store
+        self.projects: dict[tuple[str, str], tuple[Project, BuildSpec, HealthyState | None]] = {}
+
+    def load(self, task: Task) -> TaskSource:
+        key = (task.repo, task.commit)
+        if key not in self.projects:
+            self.projects[key] = self._fetch(task)
+        project, spec, healthy = self.projects[key]
+        return TaskSource(task=task, project=project, spec=spec, healthy=healthy, name=task_slug(task))
+
+    def _fetch(self, task: Task) -> tuple[Project, BuildSpec, HealthyState | None]:
+        from miner.install import build_spec
+        from miner.sources import FetchError, fetch
+
+        source = task.source
+        if source.kind == "git":
+            source = source.model_copy(update={"ref": task.commit})
+        try:
+            project = fetch(source, self.store.cache_root / "sources")
+        except FetchError as exc:
+            raise ExportError(f"cannot fetch {task.repo}: {exc}") from None
+        if project.commit != task.commit:
+            raise ExportError(f"{task.repo} is now at {project.commit[:12]}, the task was mined at {task.commit[:12]}")
+        healthy = self.store.healthy(content_id(task.repo, task.commit, task.source.overrides))
+        try:
+            spec = build_spec(project, backend="docker")
+        except Exception as exc:  # BuildError: an interpreter override the image cannot honour
+            raise ExportError(f"no build recipe for {task.repo}: {exc}") from None
+        return project, spec, healthy
+
+
+# -- the bulk export ------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskOutcome:
+    task_id: str
+    name: str
+    status: str  # written | updated | unchanged | kept | failed
+    reason: str = ""
+    seconds: float = 0.0
+    bytes: int = 0
+
+
+@dataclass
+class ExportSummary:
+    format: str
+    out: Path
+    outcomes: list[TaskOutcome] = field(default_factory=list)
+    seconds: float = 0.0
+    images_built: int = 0
+
+    def count(self, status: str) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+    @property
+    def failed(self) -> list[TaskOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+Progress = Callable[[TaskOutcome], None]
+
+
+def tree_bytes(files: dict[str, bytes | str]) -> int:
+    return sum(len(v) for v in files.values())
+
+
+def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportOptions,  # noqa: ANN001
+                 on_task: Progress | None = None, client=None) -> ExportSummary:  # noqa: ANN001
+    """Export tasks to `out` in one format; a task that cannot be exported is reported, not fatal."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    from miner.export import harbor, jsonl, tb1
+
+    start = time.monotonic()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = ExportSummary(format=fmt, out=out)
+    loader = SourceLoader(store)
+    pip = PipForwarding.from_host()
+    manifests = ManifestCache(store.cache_root / "export-manifests", client)
+    records: list[dict] = []
+    for task in tasks:
+        began = time.monotonic()
+        outcome = TaskOutcome(task_id=task.id, name=task_slug(task), status="failed")
+        try:
+            if fmt == "jsonl":
+                ts = loader.load(task)
+                record = jsonl.task_record(ts, options, pip)
+                records.append(record)
+                outcome.status, outcome.bytes = "written", len(json.dumps(record))
+            else:
+                dest = out / outcome.name
+                if dest.exists() and not options.overwrite:
+                    outcome.status = "kept"
+                else:
+                    ts = loader.load(task)
+                    module = harbor if fmt == "harbor" else tb1
+                    files = module.task_files(ts, options, pip, manifests)
+                    outcome.status = place_tree(dest, files, options.overwrite)
+                    outcome.bytes = tree_bytes(files)
+        except ExportError as exc:
+            outcome.reason = str(exc)
+        outcome.seconds = round(time.monotonic() - began, 3)
+        summary.outcomes.append(outcome)
+        if on_task is not None:
+            on_task(outcome)
+    if fmt == "jsonl":
+        jsonl.write_records(out / jsonl.FILE_NAME, records, options.overwrite)
+    summary.images_built = manifests.built
+    summary.seconds = round(time.monotonic() - start, 3)
+    return summary

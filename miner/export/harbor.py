@@ -1,0 +1,106 @@
+"""Harbor (Terminal-Bench 2.0) task folders.
+
+    <out>/<name>/
+      task.toml             [task] ORG/NAME, [metadata], [verifier]/[agent] timeouts, [environment]
+      instruction.md        the symptom-based instruction (no answer in it)
+      environment/          Dockerfile + build context (see miner.export.common)
+      tests/test.sh         writes /logs/verifier/reward.txt: 0 first, 1 only when verifier.py agrees
+      tests/...             verifier.py, verifier_pytest.py, probe.py, spec.json, manifest.json, originals/
+      solution/solve.sh     the validated fix script
+
+    files = task_files(ts, options, pip, manifests)   # folder-relative path -> bytes
+"""
+
+from __future__ import annotations
+
+import tomli_w
+
+from miner import __version__
+from miner.export.common import (
+    ExportOptions,
+    ManifestCache,
+    PipForwarding,
+    TaskSource,
+    agent_timeout,
+    dockerfile,
+    environment_files,
+    healthy_stage,
+    project_tarball,
+    solve_script,
+    test_script,
+    verifier_files,
+    verifier_timeout,
+)
+
+SCHEMA_VERSION = "1.1"
+CATEGORY = "environment-repair"
+
+
+def task_name(ts: TaskSource, options: ExportOptions) -> str:
+    return f"{options.org}/{ts.name}"
+
+
+def task_config(ts: TaskSource, options: ExportOptions) -> dict:
+    """The task.toml table: Harbor's TaskConfig fields plus free-form metadata."""
+    task = ts.task
+    project = ts.project.source.name
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "task": {
+            "name": task_name(ts, options),
+            "description": f"Repair the broken Python environment of {project} so its tests pass again "
+                           f"({task.family} inversion, {task.difficulty}).",
+            "keywords": ["environment-repair", task.family, "python"],
+        },
+        "metadata": {
+            "author_name": "miner",
+            "difficulty": task.difficulty,
+            "category": CATEGORY,
+            "tags": ["environment-repair", task.family, task.type_id, "python"],
+            "inversion_type": task.type_id,
+            "inversion_family": task.family,
+            "repository": task.repo,
+            "commit": task.commit,
+            "source": task.source.raw,
+            "target": task.target.key,
+            "difficulty_score": task.difficulty_score,
+            "f2p_count": len(task.f2p),
+            "p2p_count": len(task.p2p),
+            "suite_seconds": round(task.suite_seconds, 3),
+            "miner_version": __version__,
+            "miner_task_id": task.id,
+            "mined_with_backend": task.backend,
+        },
+        "verifier": {"timeout_sec": verifier_timeout(task)},
+        "agent": {"timeout_sec": agent_timeout(task)},
+        "environment": {
+            "build_timeout_sec": options.build_timeout_sec,
+            "cpus": options.cpus,
+            "memory_mb": options.memory_mb,
+            "storage_mb": options.storage_mb,
+        },
+    }
+
+
+def instruction(ts: TaskSource) -> str:
+    text = ts.task.instruction.strip() or (
+        f"The Python project in /sandbox/project no longer passes its test suite: its environment is broken. "
+        "Repair the environment so that the tests pass again, without changing the project's source or test files."
+    )
+    return text + "\n"
+
+
+def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding, manifests: ManifestCache) -> dict[str, bytes]:
+    """Every file of the task folder, by folder-relative path."""
+    context = environment_files(ts, pip, project_tarball(ts.project.path))
+    manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
+    files: dict[str, bytes] = {
+        "task.toml": tomli_w.dumps(task_config(ts, options)).encode(),
+        "instruction.md": instruction(ts).encode(),
+        "environment/Dockerfile": dockerfile(ts, options.base_image, pip).encode(),
+        "tests/test.sh": test_script(ts, manifest).encode(),
+        "solution/solve.sh": solve_script(ts.task).encode(),
+    }
+    files |= {f"environment/{k}": v for k, v in context.items()}
+    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest).items()}
+    return files

@@ -1,0 +1,114 @@
+"""JSON Lines export: one SWE-bench-style record a task, in <out>/tasks.jsonl.
+
+Fields: instance_id, repo, base_commit, environment_setup_commit, FAIL_TO_PASS, PASS_TO_PASS
+(JSON-encoded lists, as in the SWE-bench datasets), problem_statement, hints_text, created_at,
+version, plus miner's own: inversion_type, inversion_family, target, difficulty,
+difficulty_score, dockerfile, break_script, fix_script, test_command, probes, summary.
+
+`dockerfile` builds the broken environment with a checkout of repo@base_commit as its build
+context: the install and break scripts are embedded in it (base64), nothing else is needed.
+Rewriting the file is idempotent: records are keyed by instance_id and written sorted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import uuid
+from pathlib import Path
+
+from miner import __version__
+from miner.export.common import (
+    ENV_FILE,
+    PROJECT_DIR,
+    ExportOptions,
+    PipForwarding,
+    TaskSource,
+    build_files,
+    healthy_stage,
+)
+from miner.images import break_dockerfile
+
+FILE_NAME = "tasks.jsonl"
+
+
+def _write_line(files: dict[str, str], folder: str) -> str:
+    parts = [f"mkdir -p {folder}"]
+    for name, text in sorted(files.items()):
+        blob = base64.b64encode(text.encode()).decode()
+        parts.append(f"echo {blob} | base64 -d > {folder}/{os.path.basename(name)}")
+    return "RUN " + " \\\n    && ".join(parts)
+
+
+def checkout_dockerfile(ts: TaskSource, options: ExportOptions) -> str:
+    """A Dockerfile whose build context is the project checkout itself (no other files needed)."""
+    stage = healthy_stage(ts, options.base_image, PipForwarding())
+    lines = []
+    for line in stage.splitlines():
+        if line.startswith("ADD ") and "project.tar.gz" in line:
+            lines.append(f"COPY . {PROJECT_DIR}/")
+        elif line.startswith("COPY ") and "build/" in line:
+            lines.append(_write_line(build_files(ts), "/sandbox/.build"))
+        elif line.startswith("RUN bash /sandbox/.build/build.sh"):
+            lines.append(f"RUN rm -rf {PROJECT_DIR}/.git && bash /sandbox/.build/build.sh && rm -rf /sandbox/.build")
+        else:
+            lines.append(line)
+    breaking = break_dockerfile("healthy", "break.sh").replace(
+        "COPY break.sh /tmp/break.sh\n", _write_line({"break.sh": ts.task.break_script}, "/tmp") + "\n")
+    header = f"# miner task {ts.task.id}: build context = a checkout of {ts.task.repo} at {ts.task.commit}\n"
+    return header + "\n".join(lines) + "\n\n" + breaking + f"WORKDIR {PROJECT_DIR}\n"
+
+
+def task_record(ts: TaskSource, options: ExportOptions, pip: PipForwarding | None = None) -> dict:
+    """The JSON record of one task."""
+    task = ts.task
+    return {
+        "instance_id": f"{options.org}__{ts.name}",
+        "repo": task.repo,
+        "base_commit": task.commit,
+        "environment_setup_commit": task.commit,
+        "problem_statement": task.instruction,
+        "hints_text": "",
+        "created_at": task.created,
+        "version": __version__,
+        "FAIL_TO_PASS": json.dumps(task.f2p),
+        "PASS_TO_PASS": json.dumps(task.p2p),
+        "inversion_type": task.type_id,
+        "inversion_family": task.family,
+        "target": task.target.key,
+        "summary": task.summary,
+        "difficulty": task.difficulty,
+        "difficulty_score": task.difficulty_score,
+        "test_command": task.test_command,
+        "probes": json.dumps([p.model_dump() for p in task.probes]),
+        "env_file": ENV_FILE,
+        "dockerfile": checkout_dockerfile(ts, options),
+        "break_script": task.break_script,
+        "fix_script": task.fix_script,
+    }
+
+
+def write_records(path: Path, records: list[dict], overwrite: bool) -> dict[str, str]:
+    """Merge records into the file by instance_id; returns {instance_id: written|unchanged|kept}."""
+    existing: dict[str, dict] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                existing[record["instance_id"]] = record
+    status = {}
+    for record in records:
+        key = record["instance_id"]
+        old = existing.get(key)
+        if old is None or (overwrite and old != record):
+            status[key] = "written" if old is None else "updated"
+            existing[key] = record
+        else:
+            status[key] = "unchanged" if old == record else "kept"
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for key in sorted(existing):
+            handle.write(json.dumps(existing[key], sort_keys=True) + "\n")
+    tmp.replace(path)
+    return status

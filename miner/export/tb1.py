@@ -1,0 +1,111 @@
+"""Terminal-Bench 1.0 task folders (laude-institute/terminal-bench 0.2.x layout).
+
+    <out>/<name>/
+      task.yaml             instruction, author, difficulty, category, tags, parser, timeouts
+      Dockerfile            build context = the task folder; the files live in environment/
+      docker-compose.yaml   the harness's single "client" service
+      environment/          project.tar.gz, build/, break.sh (as for Harbor)
+      run-tests.sh          runs miner's verifier, prints a pytest-style summary line
+      solution.sh           the validated fix script
+      tests/                the verifier, its guard, spec.json, manifest.json, originals/
+
+The TB1 harness needs tmux and asciinema in the image, so a first stage installs them with apt.
+Its tests run in a tmux session whose server is not an ancestor of the verifier, so the
+verifier does not kill stray processes here (Harbor runs it with that protection on).
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from miner.export.common import (
+    ExportOptions,
+    ManifestCache,
+    PipForwarding,
+    TaskSource,
+    agent_timeout,
+    dockerfile,
+    environment_files,
+    healthy_stage,
+    project_tarball,
+    solve_script,
+    test_script,
+    verifier_files,
+    verifier_timeout,
+)
+from miner.export.harbor import CATEGORY, instruction
+
+TOOLS_STAGE = (
+    "FROM {base} AS tools\n"
+    "RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+    "tmux asciinema && rm -rf /var/lib/apt/lists/*\n\n"
+)
+REWARD = "/tmp/miner-verifier/reward.txt"
+ESTIMATES = {"easy": (5, 20), "medium": (15, 60), "hard": (30, 120)}  # expert, junior minutes
+
+COMPOSE = """services:
+  client:
+    build:
+      dockerfile: Dockerfile
+    image: ${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}
+    container_name: ${T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME}
+    command: [ "sh", "-c", "sleep infinity" ]
+    environment:
+      - TEST_DIR=${T_BENCH_TEST_DIR}
+    volumes:
+      - ${T_BENCH_TASK_LOGS_PATH}:${T_BENCH_CONTAINER_LOGS_PATH}
+      - ${T_BENCH_TASK_AGENT_LOGS_PATH}:${T_BENCH_CONTAINER_AGENT_LOGS_PATH}
+"""
+
+RUN_TESTS_TAIL = f"""
+echo "=========================== short test summary info ============================"
+if [ "$(cat {REWARD} 2>/dev/null)" = "1" ]; then
+    echo "PASSED tests/verifier.py::test_environment_repaired"
+else
+    echo "FAILED tests/verifier.py::test_environment_repaired - see the verifier output above"
+fi
+"""
+
+
+def task_yaml(ts: TaskSource) -> str:
+    task = ts.task
+    expert, junior = ESTIMATES.get(task.difficulty, ESTIMATES["medium"])
+    data = {
+        "instruction": instruction(ts),
+        "author_name": "miner",
+        "author_email": "unknown",
+        "difficulty": task.difficulty if task.difficulty in ESTIMATES else "unknown",
+        "category": CATEGORY,
+        "tags": ["environment-repair", task.family, task.type_id, "python"],
+        "parser_name": "pytest",
+        "max_agent_timeout_sec": agent_timeout(task),
+        "max_test_timeout_sec": verifier_timeout(task),
+        "run_tests_in_same_shell": False,
+        "expert_time_estimate_min": expert,
+        "junior_time_estimate_min": junior,
+    }
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
+def run_tests(ts: TaskSource, manifest: dict) -> str:
+    script = test_script(ts, manifest, reward=REWARD, tests_dir='"$TEST_DIR"', extra=" --no-kill")
+    script = script.replace("#!/bin/bash\n", '#!/bin/bash\nTEST_DIR="${TEST_DIR:-/tests}"\n', 1)
+    return script + RUN_TESTS_TAIL
+
+
+def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding, manifests: ManifestCache) -> dict[str, bytes]:
+    """Every file of the TB1 task folder, by folder-relative path."""
+    context = environment_files(ts, pip, project_tarball(ts.project.path))
+    manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
+    pre = TOOLS_STAGE.format(base=options.base_image)
+    text = dockerfile(ts, "tools", pip, prefix="environment/", pre_stage=pre)
+    files: dict[str, bytes] = {
+        "task.yaml": task_yaml(ts).encode(),
+        "Dockerfile": text.encode(),
+        "docker-compose.yaml": COMPOSE.encode(),
+        "run-tests.sh": run_tests(ts, manifest).encode(),
+        "solution.sh": solve_script(ts.task).encode(),
+    }
+    files |= {f"environment/{k}": v for k, v in context.items()}
+    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest).items()}
+    return files
