@@ -11,6 +11,7 @@ type, its summary or a line of the fix script are dropped.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -61,14 +62,20 @@ def probe_command(probe: Probe) -> str:
     return shlex.join(probe.argv)
 
 
+ERROR_LINE = re.compile(r"\b\w*(Error|Exception|Exit|Denied)\b")
+
+
 def _choose(candidate: Candidate, probes: dict[str, Probe]) -> str:
-    """The failing check to show: a real test before a probe, one with an error message first."""
-    failing = sorted(candidate.f2p)
+    """The failing check to show: a real test before a probe, then one whose message names an
+    error within its first lines, then the shortest message (the most direct symptom)."""
 
-    def rank(check: str) -> tuple[bool, bool, str]:
-        return check in probes or check.startswith("probe::"), not candidate.broken_messages.get(check), check
+    def rank(check: str) -> tuple[bool, bool, bool, int, str]:
+        message = candidate.broken_messages.get(check, "")
+        head = [line for line in message.splitlines() if line.strip()][:MAX_LINES]
+        return (check in probes or check.startswith("probe::"), not message,
+                not any(ERROR_LINE.search(line) for line in head), len(message), check)
 
-    return min(failing, key=rank)
+    return min(sorted(candidate.f2p), key=rank)
 
 
 def _leaky(task: Task) -> list[str]:

@@ -122,6 +122,18 @@ def test_a_real_test_is_shown_before_a_probe_and_one_with_a_message_first():
     assert "; 2 other checks that used to pass fail too" in write_instruction(task, candidate, healthy)
 
 
+def test_the_most_direct_error_is_shown():
+    first, second, third = (f"tests/test_cli.py::test_{n}" for n in ("a", "b", "c"))
+    task, candidate, healthy = make("env/poison-pythonpath", "", f2p=(first, second, third))
+    traceback = "Traceback (most recent call last):\n" + "".join(f'  File "x.py", line {i}\n' for i in range(20))
+    candidate.broken_messages = {
+        first: traceback + "AttributeError: module 'yaml' has no attribute 'safe_load'",
+        second: "AttributeError: module 'yaml' has no attribute 'safe_load'\n" + "context line\n" * 5,
+        third: "AttributeError: module 'yaml' has no attribute 'safe_load'",
+    }
+    assert observed_symptom(task, candidate, healthy).check == third
+
+
 def test_a_failing_probe_shows_its_own_command():
     probe = Probe(id="probe::script::report-cli --help", kind="script", argv=["report-cli", "--help"])
     task, candidate, healthy = make("fs/no-exec", "bash: report-cli: Permission denied", f2p=(probe.id,),
