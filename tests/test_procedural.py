@@ -89,6 +89,7 @@ PROJECT_FILES = {
 
 
         def words():
+            # unused.dat is only named in this comment, and swords.csv only contains the name
             return (ROOT / "data" / "words.csv").read_text(encoding="utf-8").splitlines()
 
 
@@ -121,6 +122,8 @@ PROJECT_FILES = {
     "tests/fixtures/settings.json": '{"not": "a config outside tests"}\n',
     "data/words.csv": "word,count\nhello,3\nworld,5\nünïcode,7\n",
     "data/unused.dat": "nobody reads this file\n",
+    "data/s.csv": "a name that is a substring of another\n",
+    ".hidden.json": '{"a": 1}\n',
     "conf/settings.yaml": """\
         # greeter settings
         name: greeter
@@ -287,7 +290,8 @@ def test_targets_of_every_kind(world):
 def test_no_protected_or_packaging_file_is_a_target(world):
     names = {t.name for t in enumerate_targets(world.project, world.healthy) if t.kind in ("config", "data")}
     assert not names & set(world.healthy.protected)
-    assert not names & {"pyproject.toml", "setup.cfg", "tox.ini", "README.md", "tests/fixtures/settings.json"}
+    assert not names & {"pyproject.toml", "setup.cfg", "tox.ini", "README.md", "tests/fixtures/settings.json",
+                        "data/unused.dat", "data/s.csv", ".hidden.json"}
 
 
 def test_env_reads_found_with_ast():

@@ -94,9 +94,13 @@ def b64_lines(data: bytes) -> str:
 class CodeScan:
     """What a cheap pass over the project's Python sources found."""
 
-    text: str = ""  # all sources, for file-name mentions
     strings: set[str] = field(default_factory=set)  # string constants
     env_names: set[str] = field(default_factory=set)  # environment variables read
+    names: set[str] = field(default_factory=set)  # last path component of each string constant
+
+    def mentions(self, filename: str) -> bool:
+        """Whether some string constant names the file (as itself or as a path ending in it)."""
+        return filename in self.names
 
 
 def project_files(root: Path) -> list[str]:
@@ -156,22 +160,20 @@ def env_reads(tree: ast.AST) -> set[str]:
 
 
 def scan_code(root: Path, files: Iterable[str]) -> CodeScan:
-    """Read the project's .py files once: their text, string constants and environment reads."""
+    """Read the project's .py files once: their string constants and environment reads."""
     scan = CodeScan()
-    texts = []
     for rel in list(files)[:MAX_SOURCE_FILES]:
         try:
             text = (root / rel).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        texts.append(text)
         try:
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
             continue
         scan.env_names |= env_reads(tree)
         scan.strings |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    scan.text = "\n".join(texts)
+    scan.names = {re.split(r"[/\\]", s.strip())[-1] for s in scan.strings if len(s) < 4096}
     return scan
 
 
@@ -439,12 +441,13 @@ def _config_format(rel: str, data: bytes) -> str | None:
 
 
 def file_targets(root: Path, files: list[str], healthy: HealthyState, scan: CodeScan) -> list[Target]:
-    """Config files (outside tests, parseable) and data files the code or tests name."""
+    """Config files (outside tests, parseable) and data files the code or tests name in a string."""
     protected = set(healthy.protected)
     targets = []
     for rel in files:
         parts = rel.split("/")
-        if rel in protected or rel.endswith(CODE_SUFFIXES) or _is_packaging(rel) or parts[0] in NON_TARGET_DIRS:
+        if (rel in protected or rel.endswith(CODE_SUFFIXES) or _is_packaging(rel) or parts[0] in NON_TARGET_DIRS
+                or parts[-1].startswith(".")):  # dotfiles configure tools, not the project
             continue
         path = root / rel
         info = path.stat()
@@ -456,7 +459,7 @@ def file_targets(root: Path, files: list[str], healthy: HealthyState, scan: Code
         fmt = None if attrs["in_tests"] else _config_format(rel, data)
         if fmt:
             targets.append(Target(kind="config", name=rel, path=rel, attrs={**attrs, "format": fmt}))
-        elif data and "." in parts[-1] and len(parts[-1]) >= 5 and parts[-1] in scan.text:
+        elif data and "." in parts[-1] and scan.mentions(parts[-1]):
             targets.append(Target(kind="data", name=rel, path=rel, attrs=attrs))
     return targets
 
