@@ -54,7 +54,7 @@ COMMAND_CALLS = {"run", "call", "check_call", "check_output", "Popen", "system",
 PATH_CALLS = {"Path", "PurePath", "PosixPath", "PurePosixPath", "join", "joinpath"}
 RESOURCE_CALLS = {"files", "read_text", "read_binary", "open_text", "open_binary", "get_data",
                   "is_resource", "path"}
-TMP_NAMES = {"tmp_path", "tmpdir", "tmp_path_factory", "tmpdir_factory", "tmp_dir", "temp_dir"}
+TMP_NAMES = {"tmp_path", "tmpdir", "tmp_path_factory", "tmpdir_factory", "tmp_dir", "temp_dir", "tmp"}
 CLASS_SETUP = {"setUp", "tearDown", "setUpClass", "tearDownClass", "asyncSetUp", "asyncTearDown",
                "setup_method", "teardown_method", "setup_class", "teardown_class", "setup", "teardown"}
 MODULE_SETUP = {"setup_module", "teardown_module", "setUpModule", "tearDownModule", "setup_function",
@@ -72,6 +72,7 @@ _QUERY = Query(PY_LANGUAGE, """
 (binary_operator operator: "/") @div
 (string) @string
 (identifier) @name
+(pair key: (string) value: (string)) @pair
 """)
 
 
@@ -128,6 +129,7 @@ class SourceFile:
     scopes: dict[str, Scope] = field(default_factory=lambda: defaultdict(Scope))
     functions: dict[str, Function] = field(default_factory=dict)
     classes: dict[str, ClassDef] = field(default_factory=dict)
+    lazy: dict[str, str] = field(default_factory=dict)  # name -> module, for a module __getattr__
 
     def everything(self) -> Scope:
         total = Scope()
@@ -203,7 +205,17 @@ class _FileParser:
                 self.file.scopes[_scope_key(node)].names.add(_dotted(node))
         self._attribute_constants()
         self._read_definitions()
+        if "__getattr__" in self.file.functions:
+            self._read_lazy_exports(captures.get("pair", []))
         return self.file
+
+    def _read_lazy_exports(self, pairs: list[Node]) -> None:
+        """{"name": ".submodule"} maps of a package that imports submodules on first attribute use."""
+        for pair in pairs:
+            name = _literal(pair.child_by_field_name("key"))
+            module = _literal(pair.child_by_field_name("value"))
+            if name and name.isidentifier() and module and re.fullmatch(r"\.*[A-Za-z_][\w.]*", module):
+                self.file.lazy[name] = module
 
     # -- module-level constants: HERE = Path(__file__).parent; DATA = HERE / "data"; ENV = "X"
     def _read_constants(self) -> None:
@@ -344,7 +356,7 @@ class _FileParser:
             level = len(_dotted(prefix))
             dotted = next((c for c in module.children if c.type == "dotted_name"), None)
             name = _dotted(dotted)
-        names = []
+        names = ["*"] if any(c.type == "wildcard_import" for c in node.children) else []
         for child in node.children_by_field_name("name"):
             target = child.child_by_field_name("name") if child.type == "aliased_import" else child
             names.append(_dotted(target))
@@ -573,6 +585,10 @@ class _Builder:
             self.by_basename[PurePosixPath(rel).name].append(rel)
         self.providers = self._providers()
         self.scripts = {s: d.name for d in healthy.inventory for s in d.console_scripts}
+        own = {canonical(n) for n in healthy.project_dists}
+        # own scripts named like a package of the project are matched only where they are run
+        packages = {m.split(".", 1)[0] for m in self.files_by_module}
+        self.own_scripts = {s for s, d in self.scripts.items() if canonical(d) in own and s not in packages}
         self.test_files = self._test_files()
         self.pytest_config = pytest_config(self.root, files)
         self.functions_by_name: dict[str, list[tuple[SourceFile, str]]] = defaultdict(list)
@@ -585,6 +601,7 @@ class _Builder:
             for qualname in source.classes:
                 self.classes_by_name[_last_name(qualname)].append((source, qualname))
         self.imports_of: dict[str, set[str]] = {}
+        self.lazy: dict[str, dict[str, str]] = {}  # module -> {exported name: submodule node}
         self._visible: dict[str, set[str]] = {}
         self.graph.graph["providers"] = {k: sorted(v) for k, v in self.providers.items()}
 
@@ -625,6 +642,12 @@ class _Builder:
             self.imports_of[source.module] = {
                 t.removeprefix("module:") for item in everything.imports for t in self._import_targets(item, source)
                 if self.graph.nodes[t].get("project")}
+        for source in self.sources.values():
+            for name, module in source.lazy.items():
+                level = len(module) - len(module.lstrip("."))
+                found = self._import_targets((level, module.lstrip("."), ()), source)
+                if found:
+                    self.lazy.setdefault(source.module, {})[name] = found[0]
         for rel, source in sorted(self.sources.items()):
             self._add_module(rel, source)
         self._add_scripts()
@@ -653,6 +676,8 @@ class _Builder:
             self._node(f"distribution:{name}", "distribution", f"{name} {dist.version}",
                        version=dist.version, own=name in own)
         for dist in self.healthy.inventory:
+            if canonical(dist.name) in own:
+                continue  # the project's own code is analysed: what it imports is known precisely
             for requirement in dist.requires:
                 target = self._distribution(requirement)
                 if target:
@@ -803,10 +828,16 @@ class _Builder:
         for name in sorted(scope.envvars):
             found.append((self._node(f"envvar:{name}", "envvar", f"${name}", set=name in self.healthy.env),
                           "reads-env"))
-        for command in sorted(scope.commands):
-            name = PurePosixPath(command).name
-            if name in self.scripts:
-                found.append((self._node(f"script:{name}", "script", name), "runs"))
+        # Programs a scope runs: any console script called by subprocess & co, and the project's
+        # own scripts wherever their name appears as a path (Path(sys.executable).parent / "tool").
+        named = {PurePosixPath(c).name for c in scope.commands} & self.scripts.keys()
+        named |= {PurePosixPath(p).name for p in scope.paths} & self.own_scripts
+        for name in sorted(named):
+            found.append((self._node(f"script:{name}", "script", name), "runs"))
+        lazy = {self.lazy[m][n] for m in visible & self.lazy.keys() for n in scope.names & self.lazy[m].keys()}
+        found += [(m, "imports") for m in sorted(lazy)]
+        for module in lazy:
+            visible = visible | self.visible(module.removeprefix("module:"))
         found += [(f, "calls") for f in sorted(self._callees(scope.names, visible))]
         return found
 
@@ -1042,8 +1073,9 @@ def select_targets(graph: nx.DiGraph, healthy: HealthyState, targets: list[Targe
                    seed: int) -> list[tuple[Target, set[str], int]]:
     """Inversion points worth trying, best first: (target, predicted F2P, depth).
 
-    Kept: targets whose predicted radius (passing tests that depend on them) is neither empty
-    nor every passing test; whole-suite targets only when nothing else qualifies. Order:
+    Kept: targets whose predicted radius (passing tests and probes that depend on them) is
+    neither empty nor every passing test (probes aside); whole-suite targets only when nothing
+    else qualifies. Order:
     round-robin over target kinds (kind order shuffled by seed) so kinds are spread; within a
     kind, first a radius not chosen before (distinct F2P sets first), then a node not chosen
     before, then the deepest (indirect dependencies), then a seeded random tie-break.
@@ -1054,7 +1086,9 @@ def select_targets(graph: nx.DiGraph, healthy: HealthyState, targets: list[Targe
         radius = predict(graph, target) & passing
         if radius:
             scored.append((target, radius, depth(graph, target, radius) or 1))
-    partial = [s for s in scored if s[1] != passing]
+    # Killing every test is "the whole suite" even when derived probes survive.
+    suite = {t for t in passing if not t.startswith("probe::")} or passing
+    partial = [s for s in scored if not s[1] >= suite]
     pool = partial or scored
     rng = random.Random(seed)
     ties = {id(s): rng.random() for s in pool}
@@ -1101,3 +1135,205 @@ def difficulty(depth: int | None, n_f2p: int, family: str) -> tuple[str, float]:
     score = round(0.45 * d + 0.25 * f + 0.30 * w, 3)
     label = "easy" if score < 0.35 else "hard" if score >= 0.6 else "medium"
     return label, score
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------
+
+class GraphvizMissing(RuntimeError):
+    """Graphviz's `dot` is needed for SVG output and is not installed."""
+
+
+FORMATS = ("json", "dot", "svg")
+MAX_FUNCTIONS_SHOWN = 60  # above this, functions are drawn inside their module's node
+EVERY_TEST = {"runner", "plugin", "config"}  # relations every test has: not drawn edge by edge
+HIDDEN_UNLESS_RED = {"defined-in", "conftest"}  # implied by the clusters nodes are drawn in
+MAX_TEST_NAMES = 4  # test names listed on a node of tests that share their dependencies
+KIND_STYLE = {  # fill colour, cluster title
+    "test": ("#dbe9f6", "tests"),
+    "probe": ("#c6dbef", "derived probes"),
+    "module": ("#e5f5e0", "project code"),
+    "function": ("#f4fbf2", "project code"),
+    "script": ("#fff2cc", "console scripts"),
+    "config": ("#ead9f2", "config and data files"),
+    "data": ("#f9dce9", "config and data files"),
+    "envvar": ("#eeeeee", "environment variables"),
+    "external": ("#fff7bc", "imported packages"),
+    "distribution": ("#fde6cf", "installed distributions"),
+}
+CLUSTER_ORDER = ["tests", "derived probes", "project code", "console scripts", "config and data files",
+                 "environment variables", "imported packages", "installed distributions", "system"]
+
+
+def highlight_nodes(graph: nx.DiGraph, highlight: Iterable[str | Target]) -> set[str]:
+    """Graph nodes of the given targets or node ids ("kind:name")."""
+    nodes: set[str] = set()
+    for item in highlight:
+        if isinstance(item, str) and item in graph:
+            nodes.add(item)
+            continue
+        if isinstance(item, str):
+            kind, _, name = item.partition(":")
+            try:
+                item = Target(kind=kind, name=name, path=name)
+            except ValueError:
+                continue
+        nodes |= set(target_nodes(graph, item))
+    return nodes
+
+
+def to_json(graph: nx.DiGraph, highlight: Iterable[str | Target] = ()) -> str:
+    """The whole graph as JSON: nodes (id, kind, label, attributes, highlighted), edges, highlight."""
+    marked = highlight_nodes(graph, highlight)
+    nodes = [{"id": n, **{k: v for k, v in a.items()}, "highlighted": n in marked}
+             for n, a in sorted(graph.nodes(data=True))]
+    edges = [{"source": u, "target": v, "rel": a.get("rel", "")} for u, v, a in sorted(graph.edges(data=True))]
+    return json.dumps({"repo": graph.graph.get("repo"), "commit": graph.graph.get("commit"), "nodes": nodes,
+                       "edges": edges, "highlight": sorted(marked)}, indent=2, default=str)
+
+
+def _style_key(attrs: dict) -> str:
+    if attrs.get("kind") == "module" and attrs.get("external"):
+        return "external"
+    return attrs.get("kind", "")
+
+
+def readable_view(graph: nx.DiGraph, highlight: set[str]) -> nx.DiGraph:
+    """What is worth drawing: what tests and probes reach, with look-alike tests merged.
+
+    Tests of one file with the same dependencies become one node listing their names; when the
+    project has many functions they are drawn inside their module's node.
+    """
+    roots = {n for n, a in graph.nodes(data=True) if a.get("kind") in ("test", "probe")}
+    keep = set(roots) | set(highlight)
+    for root in roots:
+        keep |= nx.descendants(graph, root)
+    view = graph.subgraph(keep).copy()
+    for source, target, attrs in list(view.edges(data=True)):
+        if attrs.get("rel") in EVERY_TEST:  # drawn as a note on the target instead of one edge per test
+            view.nodes[target]["every_test"] = True
+            view.remove_edge(source, target)
+    functions = [n for n, a in view.nodes(data=True) if a["kind"] == "function"]
+    if len(functions) > MAX_FUNCTIONS_SHOWN:
+        for node in functions:
+            owner = f"module:{view.nodes[node]['module']}"
+            if node not in highlight and owner in view:
+                view = nx.contracted_nodes(view, owner, node, self_loops=False, copy=False)
+    return _merge_tests(view, highlight)
+
+
+def _merge_tests(view: nx.DiGraph, highlight: set[str]) -> nx.DiGraph:
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for node, attrs in view.nodes(data=True):
+        if attrs["kind"] == "test":
+            groups[(attrs.get("path", ""), frozenset(view.successors(node)))].append(node)
+    for (path, successors), members in groups.items():
+        if len(members) < 2:
+            continue
+        names = sorted(view.nodes[m]["label"].split("::")[-1] for m in members)
+        shown = names[:MAX_TEST_NAMES] + ([f"+{len(names) - MAX_TEST_NAMES} more"] if len(names) > MAX_TEST_NAMES else [])
+        merged = f"tests:{path}:{min(members)}"
+        view.add_node(merged, kind="test", label="\n".join(shown), path=path, tests=len(members),
+                      test_id=None)
+        for successor in successors:
+            view.add_edge(merged, successor, **view.edges[members[0], successor])
+        view.remove_nodes_from(members)
+    return view
+
+
+def _quote(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n") + '"'
+
+
+def _dot_label(node: str, attrs: dict) -> str:
+    kind, label = attrs.get("kind"), str(attrs.get("label", node))
+    if kind == "test" and attrs.get("tests"):
+        return label
+    if kind == "test":
+        return label.split("::")[-1]
+    if attrs.get("every_test"):
+        label += "\n(used by every test)"
+    if kind == "distribution":
+        return label.replace(" ", "\n", 1)
+    if kind == "module" and attrs.get("test"):
+        return f"{attrs.get('path', label)}\n(module level)"
+    return label
+
+
+def _cluster_of(attrs: dict) -> tuple[str, str]:
+    """(cluster title, sub-cluster title or "")."""
+    key = _style_key(attrs)
+    if key == "test" or (key == "module" and attrs.get("test")):
+        return "tests", attrs.get("path", "")
+    if key in ("module", "function"):
+        return "project code", attrs.get("path", "") if key == "function" or attrs.get("path") else ""
+    return KIND_STYLE.get(key, ("", "system"))[1], ""
+
+
+def to_dot(graph: nx.DiGraph, highlight: Iterable[str | Target] = ()) -> str:
+    """Graphviz text: left to right from tests to distributions, one cluster and colour per kind,
+    chosen inversion points and the edges leading to them in red."""
+    marked = highlight_nodes(graph, highlight)
+    view = readable_view(graph, marked)
+    hot = set(marked)
+    for node in marked:
+        hot |= nx.ancestors(view, node) if node in view else set()
+    title = f"{graph.graph.get('repo', '')} @ {str(graph.graph.get('commit', ''))[:12]}"
+    lines = ["digraph dependencies {",
+             f"  graph [rankdir=LR, ranksep=0.9, nodesep=0.18, fontname=Helvetica, fontsize=16,"
+             f" labelloc=t, label={_quote(title + chr(10) + 'arrows: depends on   red: chosen inversion points')}];",
+             '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, penwidth=0.8];',
+             "  edge [color=\"#8c8c8c\", arrowsize=0.6, penwidth=0.7];"]
+    clusters: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for node, attrs in sorted(view.nodes(data=True)):
+        fill = KIND_STYLE.get(_style_key(attrs), ("#ffffff", ""))[0]
+        style = f"fillcolor={_quote(fill)}"
+        if node in marked:
+            style = 'fillcolor="#fcbba1", color="#cb181d", penwidth=2.5, fontcolor="#a50f15"'
+        big, sub = _cluster_of(attrs)
+        clusters[big][sub].append(f"    {_quote(node)} [label={_quote(_dot_label(node, attrs))}, {style}];")
+    for index, big in enumerate(sorted(clusters, key=lambda c: CLUSTER_ORDER.index(c) if c in CLUSTER_ORDER else 99)):
+        lines += [f"  subgraph cluster_{index} {{", f"    label={_quote(big)}; style=dashed; color=\"#bdbdbd\";"]
+        for sub_index, (sub, members) in enumerate(sorted(clusters[big].items())):
+            if sub:
+                lines += [f"    subgraph cluster_{index}_{sub_index} {{",
+                          f"      label={_quote(sub)}; style=\"rounded\"; color=\"#d9d9d9\"; fontsize=10;"]
+                lines += ["  " + m for m in members] + ["    }"]
+            else:
+                lines += members
+        lines.append("  }")
+    for source, target, attrs in sorted(view.edges(data=True)):
+        extra = ' [color="#cb181d", penwidth=1.6]' if source in hot and target in hot else ""
+        if attrs.get("rel") in HIDDEN_UNLESS_RED and not extra:
+            continue
+        if attrs.get("rel") == "in-file" and not extra:
+            extra = " [style=dashed]"
+        lines.append(f"  {_quote(source)} -> {_quote(target)}{extra};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_graph(graph: nx.DiGraph, fmt: str, out_path: Path, highlight: Iterable[str | Target] = ()) -> Path:
+    """Write the graph as json, dot, or svg (rendered by Graphviz's `dot`)."""
+    highlight = list(highlight)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown graph format {fmt!r} (choose from {', '.join(FORMATS)})")
+    out_path = Path(out_path)
+    if fmt == "json":
+        out_path.write_text(to_json(graph, highlight), encoding="utf-8")
+        return out_path
+    dot_text = to_dot(graph, highlight)
+    if fmt == "dot":
+        out_path.write_text(dot_text, encoding="utf-8")
+        return out_path
+    dot = shutil.which("dot")
+    if dot is None:
+        raise GraphvizMissing("SVG output needs Graphviz's `dot`, which is not on PATH: install Graphviz "
+                              "(apt-get install graphviz) or use --format dot or --format json")
+    result = subprocess.run([dot, "-Tsvg", "-o", str(out_path)], input=dot_text, text=True,
+                            capture_output=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"dot failed (exit {result.returncode}): {result.stderr.strip()[:500]}")
+    return out_path

@@ -1,0 +1,553 @@
+"""Tests of miner.graph: tree-sitter analysis of real projects, a real venv's installed metadata,
+and predictions checked against real breaks (files corrupted, modules shadowed, variables set).
+
+One virtual environment is built per module (python -m venv + pip through the configured index)
+with the fixtures' dependencies; every project is installed into it in editable mode from a
+temporary copy, read with the same inventory script healthy.py runs inside sandboxes, and its
+suite run with pytest's junit report parsed by miner.testing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import networkx as nx
+import pytest
+
+from miner.graph import (
+    GraphvizMissing,
+    build_graph,
+    depth,
+    difficulty,
+    module_names,
+    parse_source,
+    predict,
+    select_targets,
+    split_test_id,
+    to_dot,
+    to_json,
+    write_graph,
+)
+from miner.healthy import discover_probes
+from miner.models import Distribution, HealthyState, Outcome, Project, Source, Target
+from miner.testing import REPORT_FLAGS, parse_junit
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+INVENTORY_SCRIPT = REPO / "miner" / "assets" / "inventory.py"
+# python-dateutil 2.x requires six (4.0 swapped it for tzdata): the chain the tests follow
+DEPENDENCIES = ["python-dateutil==2.9.0.post0", "PyYAML", "pytest", "charset-normalizer", "idna", "attrs", "packaging",
+                "tomli-w", "wheel"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A real environment
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Built:
+    """A project installed in the test venv, with its measured healthy state."""
+
+    project: Project
+    healthy: HealthyState
+    python: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return self.project.path
+
+
+def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def env_for(python: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))}
+    env["PATH"] = f"{python.parent}:{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def read_inventory(python: Path, project_dir: Path) -> tuple[list[Distribution], list[str]]:
+    """Installed distributions read by the inventory script run with the venv's interpreter."""
+    result = run([str(python), str(INVENTORY_SCRIPT)])
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    dists = [Distribution(**{k: v for k, v in d.items() if k != "url"}) for d in data["dists"]]
+    own = [d["name"] for d in data["dists"] if d.get("url", "").rstrip("/") == f"file://{project_dir}"]
+    return dists, own
+
+
+def measure(built: Built, extra_env: dict[str, str] | None = None) -> dict[str, Outcome]:
+    """Outcomes of the project's tests (junit report) and probes (same exit code as healthy)."""
+    env = env_for(built.python, {**built.env, **(extra_env or {})})
+    report = built.root.parent / f"{built.root.name}-junit.xml"
+    # the flags the pipeline runs suites with (a collection error does not stop the session)
+    run([str(built.python), "-m", "pytest", f"--junitxml={report}", *shlex.split(REPORT_FLAGS)],
+        cwd=built.root, env=env)
+    outcomes = {k: v.outcome for k, v in parse_junit(report.read_bytes()).items()}
+    for probe in built.healthy.probes:
+        argv = [str(built.python), "-c", f"import {probe.module}"] if probe.kind == "import" else probe.argv
+        code = run(argv, cwd=built.root, env=env).returncode
+        outcomes[probe.id] = "passed" if code == probe.expected_exit else "failed"
+    return outcomes
+
+
+def install(python: Path, source: Path, workdir: Path, env: dict[str, str] | None = None) -> Built:
+    """Copy a project, install it editable into the venv and record its healthy state."""
+    root = workdir / source.name
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__"))
+    result = run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(root)])
+    assert result.returncode == 0, result.stderr
+    inventory, own = read_inventory(python, root)
+    probes = discover_probes(inventory, own)
+    for probe in probes:
+        argv = [str(python), "-c", f"import {probe.module}"] if probe.kind == "import" else probe.argv
+        probe.expected_exit = run(argv, cwd=root, env=env_for(python, env or {})).returncode
+    project = Project(source=Source(raw=str(root), kind="local", location=str(root)), repo=str(root),
+                      commit="test", path=root)
+    healthy = HealthyState(repo=str(root), commit="test", backend="local", test_command="python -m pytest",
+                           outcomes={}, probes=probes, inventory=inventory, project_dists=own,
+                           distributions={d.name: d.version for d in inventory}, env=dict(env or {}))
+    built = Built(project, healthy, python, dict(env or {}))
+    built.healthy.outcomes = measure(built)
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("graph-venv")
+    result = run([sys.executable, "-m", "venv", str(root / "venv")])
+    assert result.returncode == 0, result.stderr
+    python = root / "venv" / "bin" / "python"
+    result = run([str(python), "-m", "pip", "install", "-q", *DEPENDENCIES])
+    assert result.returncode == 0, result.stderr
+    return python
+
+
+STOCKAPP = {
+    "pyproject.toml": """
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "stockapp"
+        version = "0.1.0"
+        dependencies = ["python-dateutil"]
+
+        [project.scripts]
+        stock = "stockapp.cli:main"
+
+        [tool.setuptools.packages.find]
+        where = ["src"]
+        """,
+    "stockapp.ini": "[stock]\nwarehouse = north\n",
+    "src/stockapp/__init__.py": '"""Stock helpers."""\n',
+    "src/stockapp/dates.py": """
+        from datetime import date
+
+        from dateutil.relativedelta import relativedelta
+
+
+        def add_months(day: date, months: int) -> date:
+            return day + relativedelta(months=months)
+        """,
+    "src/stockapp/settings.py": """
+        import configparser
+        import os
+
+
+        def load() -> configparser.ConfigParser:
+            parser = configparser.ConfigParser()
+            if not parser.read("stockapp.ini"):
+                raise FileNotFoundError("stockapp.ini")
+            return parser
+
+
+        def region() -> str:
+            return os.environ["STOCK_REGION"]
+        """,
+    "src/stockapp/cli.py": """
+        from .settings import load
+
+
+        def main() -> int:
+            print(load()["stock"]["warehouse"])
+            return 0
+        """,
+    "tests/test_dates.py": """
+        from datetime import date
+
+        from stockapp.dates import add_months
+
+
+        def test_add_months():
+            assert add_months(date(2024, 1, 31), 1) == date(2024, 2, 29)
+        """,
+    "tests/test_settings.py": """
+        from stockapp import settings
+
+
+        def test_load():
+            assert settings.load()["stock"]["warehouse"] == "north"
+
+
+        def test_region():
+            assert settings.region() == "eu"
+        """,
+    "tests/test_rows.py": """
+        import csv
+        from pathlib import Path
+
+        HERE = Path(__file__).parent
+
+
+        def test_rows():
+            with open(HERE / "data" / "rows.csv", newline="") as handle:
+                assert len(list(csv.reader(handle))) == 2
+
+
+        def test_plain():
+            assert sum([1, 2]) == 3
+        """,
+    "tests/data/rows.csv": "sku,qty\nA-1,3\n",
+}
+
+
+@pytest.fixture(scope="module")
+def stockapp(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    source = tmp_path_factory.mktemp("sources") / "stockapp"
+    for rel, text in STOCKAPP.items():
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        (source / rel).write_text(textwrap.dedent(text).lstrip("\n"))
+    built = install(venv, source, tmp_path_factory.mktemp("projects"), env={"STOCK_REGION": "eu"})
+    assert set(built.healthy.passing) >= {"tests/test_rows.py::test_rows", "probe::import::stockapp"}
+    return built
+
+
+@pytest.fixture(scope="module")
+def stock_graph(stockapp: Built) -> nx.DiGraph:
+    return build_graph(stockapp.project, stockapp.healthy)
+
+
+@pytest.fixture(scope="module")
+def inventory_app(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return install(venv, FIXTURES / "inventory-app", tmp_path_factory.mktemp("projects"))
+
+
+@pytest.fixture(scope="module")
+def textkit(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return install(venv, FIXTURES / "textkit", tmp_path_factory.mktemp("projects"))
+
+
+@pytest.fixture(scope="module")
+def weather(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return install(venv, FIXTURES / "weather-report", tmp_path_factory.mktemp("projects"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing one file
+# ---------------------------------------------------------------------------------------------
+
+def test_imports_absolute_relative_and_from() -> None:
+    source = parse_source(b"""
+import os, a.b as c
+from . import sibling
+from ..pkg.mod import y, z as w
+from .sub import *
+def f():
+    import yaml
+""", "pkg/inner/mod.py", "pkg.inner.mod")
+    assert source.scopes[""].imports == {(0, "os", ()), (0, "a.b", ()), (1, "", ("sibling",)),
+                                         (2, "pkg.mod", ("y", "z")), (1, "sub", ("*",))}
+    assert source.scopes["f"].imports == {(0, "yaml", ())}
+
+
+def test_environment_reads_writes_and_constants() -> None:
+    source = parse_source(b"""
+import os
+NAME = "APP_HOME"
+def reads():
+    os.environ["A"]; os.getenv("B", "x"); os.environ.get("C"); "D" in os.environ; os.getenv(NAME)
+def writes(monkeypatch):
+    os.environ["E"] = "1"
+    monkeypatch.setenv("F", "2")
+    monkeypatch.delenv("G")
+""", "m.py", "m")
+    assert source.scopes["reads"].envvars == {"A", "B", "C", "D", "APP_HOME"}
+    assert source.scopes["writes"].envvars == set()
+    assert source.scopes["writes"].sets_env == {"E", "F", "G"}
+
+
+def test_path_expressions_are_joined() -> None:
+    source = parse_source(b"""
+import os
+from importlib.resources import files
+from pathlib import Path
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+def joined():
+    return open(Path(__file__).parent / "fixtures" / "a.csv")
+def via_constant():
+    return (DATA / "b.json").read_text()
+def via_os():
+    return os.path.join(os.path.dirname(__file__), "conf", "c.ini")
+def via_resources():
+    return files("pkg.res") / "d.txt"
+def in_tmp(tmp_path):
+    return tmp_path / "e.ini"
+""", "tests/test_x.py", "test_x")
+    assert source.scopes["joined"].paths == {"fixtures/a.csv"}
+    assert "data/b.json" in source.scopes["via_constant"].paths
+    assert source.scopes["via_os"].paths == {"conf/c.ini"}
+    assert "pkg/res/d.txt" in source.scopes["via_resources"].paths
+    assert source.scopes["in_tmp"].paths == set()
+    assert "data/b.json" not in source.scopes[""].paths  # belongs to where it is used
+
+
+def test_decorators_belong_to_the_function() -> None:
+    source = parse_source(b"""
+import pytest
+@pytest.fixture(autouse=True)
+def chdir(): pass
+class TestK(Base):
+    @pytest.mark.parametrize("name", ["a.txt"])
+    def test_one(self, name): pass
+""", "tests/test_k.py", "test_k")
+    assert "a.txt" in source.scopes["TestK.test_one"].paths
+    assert source.functions["chdir"].fixture and source.functions["chdir"].autouse
+    assert source.classes["TestK"].bases == ["Base"]
+
+
+def test_module_names_follow_pytest_import_roots() -> None:
+    names = module_names(["src/pkg/__init__.py", "src/pkg/mod.py", "tests/test_a.py", "tests/conftest.py",
+                          "conftest.py", "flat/__init__.py", "flat/sub/__init__.py", "flat/sub/x.py"])
+    assert names["src/pkg/mod.py"] == "pkg.mod"
+    assert names["src/pkg/__init__.py"] == "pkg"
+    assert names["tests/test_a.py"] == "test_a"
+    assert names["flat/sub/x.py"] == "flat.sub.x"
+    assert {names["tests/conftest.py"], names["conftest.py"]} == {"tests.conftest", "conftest"}
+
+
+def test_split_test_id() -> None:
+    assert split_test_id("tests/test_x.py::TestC::test_y[a::b]") == ("tests/test_x.py", "TestC.test_y")
+    assert split_test_id("tests/test_x.py::test_z") == ("tests/test_x.py", "test_z")
+
+
+def test_difficulty_grows_with_depth_and_fewer_failures() -> None:
+    shallow, deep = difficulty(1, 5, "deps"), difficulty(4, 5, "deps")
+    assert deep[1] > shallow[1]
+    assert difficulty(2, 1, "data")[1] > difficulty(2, 20, "data")[1]
+    assert difficulty(1, 40, "deps")[0] == "easy"
+    assert difficulty(5, 1, "system")[0] == "hard"
+    assert difficulty(None, 3, "unknown-family")[0] in ("easy", "medium", "hard")
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph of a small real project
+# ---------------------------------------------------------------------------------------------
+
+def test_test_module_distribution_requirement_chain(stock_graph: nx.DiGraph) -> None:
+    test = "test:tests/test_dates.py::test_add_months"
+    assert stock_graph.has_edge(test, "module:test_dates")
+    assert stock_graph.has_edge("module:test_dates", "module:stockapp.dates")
+    assert stock_graph.has_edge("module:stockapp.dates", "module:dateutil")
+    assert stock_graph.has_edge("module:dateutil", "distribution:python-dateutil")
+    assert stock_graph.has_edge("distribution:python-dateutil", "distribution:six")
+    assert stock_graph.has_edge(test, "function:stockapp.dates.add_months")
+    assert stock_graph.nodes["distribution:six"]["kind"] == "distribution"
+
+
+def test_module_opens_config_and_reads_variable(stock_graph: nx.DiGraph) -> None:
+    assert stock_graph.has_edge("function:stockapp.settings.load", "config:stockapp.ini")
+    assert stock_graph.has_edge("function:stockapp.settings.region", "envvar:STOCK_REGION")
+    assert stock_graph.has_edge("function:stockapp.settings.load", "module:stockapp.settings")
+    assert stock_graph.nodes["envvar:STOCK_REGION"]["set"] is True
+
+
+def test_reads_inside_one_test_stay_with_that_test(stock_graph: nx.DiGraph) -> None:
+    rows = "data:tests/data/rows.csv"
+    assert set(stock_graph.predecessors(rows)) == {"test:tests/test_rows.py::test_rows"}
+    assert predict(stock_graph, Target(kind="data", name="tests/data/rows.csv", path="tests/data/rows.csv")) \
+        == {"tests/test_rows.py::test_rows"}
+
+
+def test_calls_narrow_the_radius_to_the_functions_used(stockapp: Built, stock_graph: nx.DiGraph) -> None:
+    config = predict(stock_graph, Target(kind="config", name="stockapp.ini", path="stockapp.ini"))
+    assert config == {"tests/test_settings.py::test_load", "probe::script::stock"}
+    variable = predict(stock_graph, Target(kind="envvar", name="STOCK_REGION"))
+    assert variable == {"tests/test_settings.py::test_region"}
+
+
+def test_probes_scripts_and_src_layout(stock_graph: nx.DiGraph) -> None:
+    assert stock_graph.has_edge("probe:probe::import::stockapp", "module:stockapp")
+    assert stock_graph.has_edge("probe:probe::script::stock", "script:stock")
+    assert stock_graph.has_edge("script:stock", "function:stockapp.cli.main")
+    assert stock_graph.has_edge("script:stock", "distribution:stockapp")
+    # src layout: the package is importable only because the distribution is installed
+    assert stock_graph.has_edge("module:stockapp", "distribution:stockapp")
+
+
+def test_depth_counts_hops_below_the_tests(stock_graph: nx.DiGraph) -> None:
+    tests = ["tests/test_dates.py::test_add_months"]
+    assert depth(stock_graph, Target(kind="module", name="dateutil"), tests) == 2
+    assert depth(stock_graph, Target(kind="distribution", name="python-dateutil"), tests) == 3
+    assert depth(stock_graph, Target(kind="distribution", name="six"), tests) == 4
+    assert depth(stock_graph, Target(kind="data", name="tests/data/rows.csv"), ["tests/test_rows.py::test_rows"]) == 1
+    assert depth(stock_graph, Target(kind="distribution", name="six"), ["tests/test_rows.py::test_plain"]) is None
+
+
+def test_select_targets_prefers_partial_distinct_and_deep(stockapp: Built, stock_graph: nx.DiGraph) -> None:
+    targets = [
+        Target(kind="distribution", name="python-dateutil"),
+        Target(kind="distribution", name="six"),
+        Target(kind="distribution", name="pytest"),  # every test: whole suite
+        Target(kind="distribution", name="pyyaml"),  # nothing uses it
+        Target(kind="config", name="stockapp.ini", path="stockapp.ini"),
+        Target(kind="data", name="tests/data/rows.csv", path="tests/data/rows.csv"),
+        Target(kind="envvar", name="STOCK_REGION"),
+    ]
+    chosen = select_targets(stock_graph, stockapp.healthy, targets, budget=None, seed=3)
+    keys = [t.key for t, _, _ in chosen]
+    assert "distribution:pytest" not in keys and "distribution:pyyaml" not in keys
+    assert len(keys) == 5
+    # six and python-dateutil share one radius: the deeper one first, the other after all distinct radii
+    assert keys.index("distribution:six") < keys.index("distribution:python-dateutil")
+    assert keys[-1] == "distribution:python-dateutil"
+    radius = dict((t.key, r) for t, r, _ in chosen)
+    assert radius["data:tests/data/rows.csv"] == {"tests/test_rows.py::test_rows"}
+    assert select_targets(stock_graph, stockapp.healthy, targets, budget=None, seed=3) == chosen
+    assert len(select_targets(stock_graph, stockapp.healthy, targets, budget=2, seed=3)) == 2
+    only_whole = select_targets(stock_graph, stockapp.healthy, [targets[2]], budget=None, seed=0)
+    assert [t.key for t, _, _ in only_whole] == ["distribution:pytest"]
+
+
+def test_renderings(stock_graph: nx.DiGraph, tmp_path: Path) -> None:
+    highlight = ["distribution:six", "config:stockapp.ini"]
+    data = json.loads(to_json(stock_graph, highlight))
+    marked = {n["id"] for n in data["nodes"] if n["highlighted"]}
+    assert marked == {"distribution:six", "config:stockapp.ini"}
+    assert {"source": "distribution:python-dateutil", "target": "distribution:six", "rel": "requires"} in data["edges"]
+    dot = to_dot(stock_graph, highlight)
+    assert "rankdir=LR" in dot and 'cluster' in dot
+    assert '"distribution:six" [label="six\\n' in dot and "#cb181d" in dot
+    svg = write_graph(stock_graph, "svg", tmp_path / "g.svg", highlight)
+    text = svg.read_text()
+    assert text.lstrip().startswith("<?xml") and "<svg" in text and "six" in text
+
+
+def test_svg_without_graphviz_says_so(stock_graph: nx.DiGraph, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH on which no `dot` exists
+    with pytest.raises(GraphvizMissing, match="Graphviz"):
+        write_graph(stock_graph, "svg", tmp_path / "g.svg")
+    assert write_graph(stock_graph, "dot", tmp_path / "g.dot").read_text().startswith("digraph")
+
+
+# ---------------------------------------------------------------------------------------------
+# The fixtures: predictions against real breaks
+# ---------------------------------------------------------------------------------------------
+
+@contextmanager
+def replaced(path: Path, text: str) -> Iterator[None]:
+    original = path.read_bytes()
+    path.write_text(text)
+    try:
+        yield
+    finally:
+        path.write_bytes(original)
+
+
+def observed_f2p(built: Built, *, files: dict[str, str] | None = None, env: dict[str, str] | None = None,
+                 shadow: dict[str, str] | None = None) -> set[str]:
+    """Healthy-passing tests and probes that stop passing under a real break."""
+    extra = dict(env or {})
+    if shadow:  # modules shadowed by broken same-named files earlier on sys.path
+        folder = built.root.parent / "shadow"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        for name, text in shadow.items():
+            (folder / name).write_text(text)
+        extra["PYTHONPATH"] = str(folder)
+    with_files = [replaced(built.root / rel, text) for rel, text in (files or {}).items()]
+    for manager in with_files:
+        manager.__enter__()
+    try:
+        outcomes = measure(built, extra)
+    finally:
+        for manager in with_files:
+            manager.__exit__(None, None, None)
+    return {t for t in built.healthy.passing if outcomes.get(t) != "passed"}
+
+
+BROKEN_MODULE = "raise ImportError('broken on purpose')\n"
+
+
+def check(built: Built, graph: nx.DiGraph, target: Target, exact: bool, **breaks) -> None:
+    predicted = predict(graph, target) & set(built.healthy.passing)
+    observed = observed_f2p(built, **breaks)
+    assert observed, f"{target.key}: the break broke nothing"
+    assert observed <= predicted, f"{target.key}: missed {sorted(observed - predicted)}"
+    if exact:
+        assert predicted == observed, f"{target.key}: predicted too much: {sorted(predicted - observed)}"
+
+
+def test_inventory_app_predictions_match_real_breaks(inventory_app: Built) -> None:
+    graph = build_graph(inventory_app.project, inventory_app.healthy)
+    check(inventory_app, graph, Target(kind="distribution", name="six"), exact=True, shadow={"six.py": BROKEN_MODULE})
+    check(inventory_app, graph, Target(kind="module", name="yaml"), exact=True, shadow={"yaml.py": BROKEN_MODULE})
+    check(inventory_app, graph, Target(kind="data", name="tests/data/expected_value_report.txt"), exact=True,
+          files={"tests/data/expected_value_report.txt": "truncated\n"})
+    # The CLI's main() reaches every command; a test runs one of them: predictions include the others.
+    check(inventory_app, graph, Target(kind="config", name="config.yaml", path="config.yaml"), exact=False,
+          files={"config.yaml": "warehouse: [unclosed\n"})
+    check(inventory_app, graph, Target(kind="config", name="settings.ini", path="settings.ini"), exact=False,
+          files={"settings.ini": "[export]\ndelimiter = ;\n"})
+    check(inventory_app, graph, Target(kind="envvar", name="INVENTORY_CURRENCY"), exact=False,
+          env={"INVENTORY_CURRENCY": "JPY"})
+    check(inventory_app, graph, Target(kind="data", name="inventory/data/products.csv"), exact=False,
+          files={"inventory/data/products.csv": "sku,name,category,quantity,unit_price,received\n"})
+
+
+def test_textkit_predictions_match_real_breaks(textkit: Built) -> None:
+    graph = build_graph(textkit.project, textkit.healthy)
+    assert graph.has_edge("module:textkit", "distribution:textkit")  # src layout
+    check(textkit, graph, Target(kind="distribution", name="idna"), exact=True, shadow={"idna.py": BROKEN_MODULE})
+    check(textkit, graph, Target(kind="data", name="src/textkit/resources/stopwords.txt"), exact=False,
+          files={"src/textkit/resources/stopwords.txt": "# empty\n"})
+    check(textkit, graph, Target(kind="data", name="tests/data/article.txt"), exact=True,
+          files={"tests/data/article.txt": "nothing here\n"})
+
+
+def test_weather_report_predictions_match_real_breaks(weather: Built) -> None:
+    graph = build_graph(weather.project, weather.healthy)
+    check(weather, graph, Target(kind="config", name="weather.toml", path="weather.toml"), exact=False,
+          files={"weather.toml": "schema_version = [\n"})
+    check(weather, graph, Target(kind="distribution", name="tomli-w"), exact=False,
+          shadow={"tomli_w.py": BROKEN_MODULE})
+
+
+def test_fixture_graph_renders_readably(inventory_app: Built, tmp_path: Path) -> None:
+    graph = build_graph(inventory_app.project, inventory_app.healthy)
+    chosen = select_targets(graph, inventory_app.healthy, [
+        Target(kind="distribution", name="six"), Target(kind="config", name="config.yaml", path="config.yaml"),
+        Target(kind="envvar", name="INVENTORY_CURRENCY")], budget=None, seed=0)
+    svg = write_graph(graph, "svg", tmp_path / "inventory.svg", [t for t, _, _ in chosen])
+    text = html.unescape(svg.read_text())
+    for label in ("test_value_report_matches_reference", "config.yaml", "python-dateutil", "INVENTORY_CURRENCY"):
+        assert label in text
+    # look-alike tests are merged into one node, so the picture stays small
+    assert text.count("<g id=\"node") < graph.number_of_nodes()
