@@ -154,7 +154,7 @@ def choose_candidates(project: Project, state: HealthyState, types: list[Inversi
     inverter = ProceduralInverter(types, seed=options.seed)
     targets = enumerate_targets(project, state)
     if options.select == "random":
-        return inverter.candidates(project, state, targets=targets, budget=options.budget)
+        return inverter.candidates(project, state, targets=targets, budget=options.budget, shuffle=True)
     from miner import graph as graphs
 
     graph = graphs.build_graph(project, state)

@@ -11,6 +11,7 @@ candidate none of them notices stops early (stored F2P/P2P always come from full
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from miner.models import PROJECT_DIR, SANDBOX_ROOT, Candidate, HealthyState, Inv
 from miner.sandbox.base import Backend, Healthy, Sandbox
 
 SCRIPT_TIMEOUT = 300.0
+DIST_INFO = re.compile(r"^(.*/[^/-]+)-[^/]+\.dist-info/")
 
 
 @dataclass
@@ -94,9 +96,16 @@ class Run:
             counts[digest] = counts.get(digest, 0) + 1
         # only contents unique in the healthy state: empty or boilerplate files repeat innocently
         lost = {h: p for p, h in before.items() if after.get(p) != h and counts[h] == 1}
-        leaks = [f"{path} holds the original of {lost[h]}" for path, h in after.items() if h in lost and before.get(path) != h]
+        leaks = [f"{path} holds the original of {lost[h]}" for path, h in after.items()
+                 if h in lost and before.get(path) != h and _unversioned(path) != _unversioned(lost[h])]
         if leaks:
             raise Rejected("answer-leaked", "; ".join(leaks[:3]))
+
+
+def _unversioned(path: str) -> str:
+    """A path with the version dropped from its .dist-info folder: another release of the same
+    distribution carries identical files (LICENSE, top_level.txt) that are no backup."""
+    return DIST_INFO.sub(r"\1.dist-info/", path)
 
 
 def validate(ctx: Context, inversion: Inversion, whole_suite_ok: bool = False) -> Candidate:
