@@ -65,6 +65,9 @@ SANDBOX_PATH = f"{VENV_DIR}/bin:/usr/local/bin:/usr/bin:/bin"
 # Where per-command pids cgroups can be made: cgroup v1's pids hierarchy, or the v2 root.
 PIDS_HIERARCHIES = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 PIDS_PREFIX = "miner-"
+# How bwrap reports a host mount that vanished while it set up the sandbox (see _mount_race).
+MOUNT_RACE_PREFIX = "bwrap: Can't bind mount"
+MOUNT_RACE_RETRIES = 3
 
 
 def _tail(text: str, limit: int = MAX_OUTPUT) -> str:
@@ -299,10 +302,25 @@ def execute(argv: list[str], env: dict[str, str], command: str, timeout: float, 
     """Run argv in its own process group (and pids cgroup, when processes > 0); on timeout kill it."""
     pids = PidsLimit(processes) if processes > 0 else None
     try:
-        return _execute(pids.wrap(argv) if pids else argv, env, command, timeout)
+        for attempt in range(MOUNT_RACE_RETRIES + 1):
+            result = _execute(pids.wrap(argv) if pids else argv, env, command, timeout)
+            if not _mount_race(result.exit_code, result.output) or attempt == MOUNT_RACE_RETRIES:
+                return result
+            time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
     finally:
         if pids is not None:
             pids.release()
+
+
+def _mount_race(exit_code: int, output: str) -> bool:
+    """bwrap failed before running anything because a host mount vanished while it copied the mount tree.
+
+    bwrap binds the host's directories recursively; a container started or removed meanwhile
+    (/var/lib/docker/overlay2/*/merged, /run/docker/netns/*) makes that fail at random, and a
+    second try succeeds.
+    """
+    return exit_code == 1 and output.startswith(MOUNT_RACE_PREFIX)
 
 
 def _execute(argv: list[str], env: dict[str, str], command: str, timeout: float) -> RunResult:
@@ -372,7 +390,12 @@ class LocalSandbox(Sandbox):
         argv = [BWRAP, *_root_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         argv += ["--bind", str(self.workspace.root), SANDBOX_ROOT, "--unshare-pid", "--unshare-net", "--die-with-parent"]
         argv += ["sh", "-c", script, "sh", *args]
-        return subprocess.run(self.workspace.wrap(argv), input=data, capture_output=True, timeout=120)
+        for attempt in range(MOUNT_RACE_RETRIES + 1):
+            done = subprocess.run(self.workspace.wrap(argv), input=data, capture_output=True, timeout=120)
+            if not _mount_race(done.returncode, done.stderr.decode(errors="replace")) or attempt == MOUNT_RACE_RETRIES:
+                return done
+            time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def read(self, path: str) -> bytes | None:
         target = self._host_path(path)
