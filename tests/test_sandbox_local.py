@@ -13,19 +13,17 @@ import pytest
 from miner.models import Project, Source
 from miner.sandbox import get_backend
 from miner.sandbox.base import BuildError, BuildSpec, Healthy, Limits
-from miner.sandbox.local import LocalBackend, LocalSandbox, _probe_overlay
+from miner.sandbox.local import LocalBackend, LocalSandbox, _probe_overlay, build_digest
 
 COW_MODES = ["copy", "overlay"]
 
 
-def make_project(root: Path, setup_ok: bool = True) -> Project:
+def make_project(root: Path) -> Project:
     """A tiny package that imports six, with one test."""
     (root / "tinypkg").mkdir(parents=True)
     (root / "tinypkg" / "__init__.py").write_text("import six\n\ndef double(x):\n    return 2 * x\n")
     (root / "tests").mkdir()
     (root / "tests" / "test_tiny.py").write_text("from tinypkg import double\n\ndef test_double():\n    assert double(2) == 4\n")
-    if not setup_ok:
-        (root / "setup.py").write_text("raise SystemExit('tinypkg: this setup refuses to build')\n")
     (root / "pyproject.toml").write_text(
         textwrap.dedent(
             """
@@ -281,19 +279,19 @@ def test_incomplete_build_is_redone(tmp_path: Path) -> None:
     (tmp_path / "work" / "build.json").unlink()  # as if the build had been interrupted
     backend.build(project, fast, tmp_path / "work")
     assert not sentinel.exists()
-    # a changed spec is a different build
-    sentinel.write_text("stale")
-    backend.build(project, spec(install_script="true", env={"X": "1"}), tmp_path / "work")
-    assert not sentinel.exists()
+    # a changed spec or commit is a different build
+    digest = build_digest(project, fast)
+    assert build_digest(project, spec(install_script="true", env={"X": "1"})) != digest
+    assert build_digest(project.model_copy(update={"commit": "other"}), fast) != digest
+    assert build_digest(project, spec(install_script="true")) == digest
 
 
-def test_build_error_on_failing_setup(tmp_path: Path) -> None:
-    project = make_project(tmp_path / "broken", setup_ok=False)
-    backend = LocalBackend()
+def test_build_error_on_failing_install(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "broken")
     with pytest.raises(BuildError) as caught:
-        backend.build(project, spec(install_script="pip install -e ."), tmp_path / "work")
-    assert "install" in str(caught.value)
-    assert "this setup refuses to build" in caught.value.log
+        LocalBackend().build(project, spec(install_script="echo setup-went-wrong; exit 7"), tmp_path / "work")
+    assert "install" in str(caught.value) and "exited 7" in str(caught.value)
+    assert "setup-went-wrong" in caught.value.log
     assert not (tmp_path / "work" / "build.json").exists()
 
 
