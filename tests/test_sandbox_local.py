@@ -110,6 +110,7 @@ def test_confined(built: tuple[LocalBackend, Healthy, Path]) -> None:
         # host daemon sockets (Docker's included) are out of reach even without network
         sockets = box.run("find / -xdev -type s 2>/dev/null; ls /run /var/run")
         assert "docker.sock" not in sockets.output
+        assert box.run("ls -A /var/lib/docker 2>/dev/null").output.strip() == ""
         if Path("/var/run/docker.sock").exists():
             reach = box.run("python -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('/var/run/docker.sock')\"")
             assert reach.exit_code != 0

@@ -47,7 +47,8 @@ from miner.sandbox.base import (
 BWRAP = "/usr/bin/bwrap"
 MARKER = "build.json"  # in WORKDIR, next to healthy/: present only once a build completed
 SKIPPED_ROOT_ENTRIES = {"proc", "dev", "tmp", "sys", "sandbox"}
-MASKED_DIRS = ("/run", "/var/run")  # sockets of host daemons live here
+# Host daemons' sockets (/run) and running containers' file systems (/var/lib/docker).
+MASKED_DIRS = ("/run", "/var/run", "/var/lib/docker")
 MAX_OUTPUT = 2_000_000  # characters of command output kept (the tail)
 HOST_NETWORK_ENV = (  # host variables passed through only to commands that have network
     "REQUESTS_CA_BUNDLE",
@@ -96,7 +97,8 @@ def _root_binds() -> list[str]:
     """Rebuild the host's root read-only, entry by entry, so /sandbox can be created in it.
 
     /run is replaced by an empty tmpfs: it holds the host's daemon sockets (Docker, containerd,
-    databases), which a read-only bind would still let a command connect to.
+    databases), which a read-only bind would still let a command connect to. /var/lib/docker
+    is hidden too: it holds the file systems of running containers.
     """
     args: list[str] = []
     for entry in sorted(os.listdir("/")):
@@ -105,10 +107,12 @@ def _root_binds() -> list[str]:
         path = f"/{entry}"
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
+        elif path in MASKED_DIRS:
+            args += ["--tmpfs", path]  # not bound at all: nothing of it to copy, nothing to race
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     for masked in MASKED_DIRS:
-        if os.path.isdir(masked) and not os.path.islink(masked):
+        if masked.count("/") > 1 and os.path.isdir(masked) and not os.path.islink(masked):
             args += ["--tmpfs", masked]
     resolv = os.path.realpath("/etc/resolv.conf")
     if any(resolv.startswith(m + "/") for m in MASKED_DIRS) and os.path.isfile(resolv):
