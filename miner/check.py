@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from miner.models import content_id
 
 REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
@@ -105,6 +107,15 @@ def tar_folder(folder: Path, arcname: str) -> bytes:
     return buf.getvalue()
 
 
+def container_options(task_dir: Path) -> dict:
+    """cap_drop and security_opt of the task's compose override for its main service (as Harbor applies)."""
+    path = task_dir / "environment" / "docker-compose.yaml"
+    if not path.is_file():
+        return {}
+    main = (yaml.safe_load(path.read_text()) or {}).get("services", {}).get("main", {}) or {}
+    return {key: list(main[key]) for key in ("cap_drop", "cap_add", "security_opt") if main.get(key)}
+
+
 def read_file(container, path: str) -> bytes | None:  # noqa: ANN001 - a docker Container
     import docker.errors
 
@@ -150,8 +161,8 @@ class Checker:
 
         result = Scenario()
         start = time.monotonic()
-        container = self.client.containers.run(image, ["sleep", "infinity"], detach=True,
-                                               labels=labels("fork", purpose="check"))
+        container = self.client.containers.run(image, ["sh", "-c", "sleep infinity"], detach=True,
+                                               labels=labels("fork", purpose="check"), **container_options(task_dir))
         try:
             container.exec_run(["mkdir", "-p", "/logs/verifier", "/logs/agent"])
             if with_solution:

@@ -285,6 +285,21 @@ def collect(args: argparse.Namespace) -> int:
 # -- processes ------------------------------------------------------------------------------------
 
 
+def drop_privileges() -> None:
+    """preexec_fn: no capabilities and no new privileges, as in the sandboxes that validated the task.
+
+    Both sandbox backends run every command with all capabilities dropped, so a root process there
+    cannot read a mode-000 file; the tests must run the same way here.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP: uid 0 gets only the bounding set at exec
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+
+
 def in_container() -> bool:
     return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
 
@@ -395,7 +410,7 @@ class Verifier:
         try:
             subprocess.run(["/bin/bash", "--noprofile", "--norc", "-c", script], env=dict(os.environ),
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           timeout=120, cwd="/")
+                           timeout=120, cwd="/", preexec_fn=drop_privileges)
             self.env = load_json(dump)
         except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
             self.problem(f"could not read the environment from {self.spec['env_file']}: {exc}")
@@ -543,7 +558,7 @@ class Verifier:
         try:
             done = subprocess.run(argv, cwd=self.project, env=self.env, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=self.spec["timeout"])
+                                  timeout=self.spec["timeout"], preexec_fn=drop_privileges)
             print(done.stdout.decode("utf-8", "replace")[-6000:], flush=True)
         except subprocess.TimeoutExpired:
             self.problem(f"the tests did not finish within {self.spec['timeout']}s")
@@ -570,7 +585,8 @@ class Verifier:
             json.dump(probes, handle)
         try:
             done = subprocess.run([sys.executable, "-I", os.path.join(HERE, "probe.py"), listing], cwd=self.project,
-                                  env=self.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
+                                  env=self.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=600,
+                                  preexec_fn=drop_privileges)
             return json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
             self.problem(f"the derived probes did not run ({exc})")

@@ -463,6 +463,23 @@ def verifier_files(ts: TaskSource, manifest: dict) -> dict[str, bytes]:
     return files
 
 
+COMPOSE_OVERRIDE = """\
+# miner: the agent and the verifier run like the sandboxes that validated this task did:
+# as root but with every capability dropped and no way to gain privileges (so, for one, a
+# file with mode 000 is unreadable even to root).
+services:
+  {service}:
+    cap_drop:
+      - ALL
+    security_opt:
+      - no-new-privileges:true
+"""
+
+
+def compose_override(service: str = "main") -> str:
+    return COMPOSE_OVERRIDE.format(service=service)
+
+
 def solve_script(task: Task) -> str:
     """solution/solve.sh: the fix script, run the way miner validated it (env file, project folder)."""
     return (

@@ -3,7 +3,8 @@
     <out>/<name>/
       task.toml             [task] ORG/NAME, [metadata], [verifier]/[agent] timeouts, [environment]
       instruction.md        the symptom-based instruction (no answer in it)
-      environment/          Dockerfile + build context (see miner.export.common)
+      environment/          Dockerfile + build context (see miner.export.common), and a
+                            docker-compose.yaml dropping every capability of the container
       tests/test.sh         writes /logs/verifier/reward.txt: 0 first, 1 only when verifier.py agrees
       tests/...             verifier.py, verifier_pytest.py, probe.py, spec.json, manifest.json, originals/
       solution/solve.sh     the validated fix script
@@ -22,6 +23,7 @@ from miner.export.common import (
     PipForwarding,
     TaskSource,
     agent_timeout,
+    compose_override,
     dockerfile,
     environment_files,
     healthy_stage,
@@ -98,6 +100,7 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding, manif
         "task.toml": tomli_w.dumps(task_config(ts, options)).encode(),
         "instruction.md": instruction(ts).encode(),
         "environment/Dockerfile": dockerfile(ts, options.base_image, pip).encode(),
+        "environment/docker-compose.yaml": compose_override("main").encode(),
         "tests/test.sh": test_script(ts, manifest).encode(),
         "solution/solve.sh": solve_script(ts.task).encode(),
     }

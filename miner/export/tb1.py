@@ -50,6 +50,11 @@ COMPOSE = """services:
     image: ${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}
     container_name: ${T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME}
     command: [ "sh", "-c", "sleep infinity" ]
+    # as in the sandboxes that validated the task: no capabilities, no new privileges
+    cap_drop:
+      - ALL
+    security_opt:
+      - no-new-privileges:true
     environment:
       - TEST_DIR=${T_BENCH_TEST_DIR}
     volumes:
