@@ -76,6 +76,7 @@ GUARD_SECONDS = 20  # extra wall time before the host kills a container whose co
 SERVICE_PIDFILE = "/tmp/.service.pid"
 SERVICE_LOG = "/tmp/.service.log"
 PROBE_TIMEOUT = 120.0
+INLINE_LIMIT = 64 * 1024  # longer commands (fix scripts embedding originals) go through a file
 
 SESSION = uuid.uuid4().hex[:12]
 _HOST = socket.gethostname()
@@ -330,15 +331,14 @@ class DockerBackend(Backend):
         return DockerSandbox(self.client, healthy, image, limits, self.probe_wait)
 
     def discard(self, healthy: Healthy) -> None:
-        for ref in [healthy.info.get("tag"), healthy.ref]:
-            if not ref:
-                continue
-            try:
-                self.client.images.remove(ref, force=True)
-            except docker.errors.ImageNotFound:
-                pass
-            except docker.errors.APIError as exc:
-                log.warning("could not remove %s: %s", ref, exc)
+        """Drop the healthy image's tag; the image goes once no other tag or container uses it."""
+        ref = healthy.info.get("tag") or healthy.ref
+        try:
+            self.client.images.remove(ref)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError as exc:
+            log.warning("could not remove %s: %s", ref, exc)
 
     def build_broken(self, healthy: Healthy, break_script: str) -> images.BrokenImage:
         """The broken snapshot (healthy image + break script layer) and its storage overhead."""
@@ -438,7 +438,14 @@ class DockerSandbox(Sandbox):
         if self.closed:
             raise SandboxError(f"sandbox {self.location} is closed")
         limit = timeout if timeout is not None else self.limits.timeout
-        script = f'source {ENV_FILE}; cd "$MINER_PROJECT"; {command}'
+        spool = None
+        if len(command.encode()) > INLINE_LIMIT:  # beyond what one argv string may hold
+            spool = f"/tmp/.miner-command-{uuid.uuid4().hex[:12]}.sh"
+            self.put(spool, command.encode(), mode=0o600)
+            command_text = f"source {spool}"
+        else:
+            command_text = command
+        script = f'source {ENV_FILE}; cd "$MINER_PROJECT"; {command_text}'
         start = time.monotonic()
         if network:
             self._network().connect(self.container)
@@ -447,6 +454,8 @@ class DockerSandbox(Sandbox):
         finally:
             if network and not self.closed:
                 self._disconnect()
+            if spool and not self.closed:
+                self._exec(["rm", "-f", spool], timeout=60)
         duration = time.monotonic() - start
         timed_out = killed or (self.has_timeout and code in (124, 137) and duration >= limit - 0.5)
         return RunResult(command=command, exit_code=code, output=output, duration=round(duration, 3),
@@ -1088,7 +1097,7 @@ def service_targets(sandbox: Sandbox, limit: int = 256 * 1024) -> list[Target]:
             targets.append(Target(kind="service", name=f"{role}:{rel}:{match.group('key')}", path=rel, attrs=attrs))
     stdlib = _sh(sandbox, "python3 -c 'import sysconfig; print(sysconfig.get_path(\"stdlib\"))'")
     seen: set[str] = set()
-    for path in re.findall(r"# code object from '([^']+\.py)'|matches (\S+\.py)$", log_text, flags=re.M):
+    for path in re.findall(r"# code object from '?([^'\s]+\.py)'?$|matches (\S+\.py)$", log_text, flags=re.M):
         path = path[0] or path[1]
         inside = path.startswith((SANDBOX_ROOT + "/", sandbox.image_workdir().rstrip("/") + "/"))
         in_stdlib = stdlib and path.startswith(stdlib + "/") and "-packages/" not in path
