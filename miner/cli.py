@@ -321,3 +321,73 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
     if not result.ok:
         raise click.ClickException("the replay differs from the stored task (see above)")
     console.print("[green]replay reproduces the stored task[/green]")
+
+
+@main.group()
+def images() -> None:
+    """Docker images of miner (label miner=1): bootstrap a base image, list, prune."""
+
+
+def _docker() -> Any:
+    from miner.images import docker_client
+    from miner.sandbox.base import BackendUnavailable
+
+    try:
+        return docker_client()
+    except BackendUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@images.command("bootstrap")
+@click.option("--tag", default="miner/base:bookworm", show_default=True, help="Name of the image to create.")
+@click.option("--mirror", default=None, help="Debian mirror (default: the one apt uses on this host).")
+@click.option("--suite", default="bookworm", show_default=True, help="Debian release.")
+@click.option("--force", is_flag=True, help="Rebuild even when the image exists.")
+def images_bootstrap(tag: str, mirror: str | None, suite: str, force: bool) -> None:
+    """Build a Debian base image with debootstrap (no container registry needed)."""
+    from miner.images import bootstrap_base, debian_mirror, find_image
+    from miner.sandbox.base import SandboxError
+
+    client = _docker()
+    if find_image(client, tag) and not force:
+        click.echo(f"{tag} already exists (use --force to rebuild)")
+        return
+    mirror = mirror or debian_mirror()
+    click.echo(f"debootstrap {suite} from {mirror} (a few minutes)...")
+    try:
+        image_id = bootstrap_base(client, tag, mirror=mirror, suite=suite)
+    except SandboxError as exc:
+        raise click.ClickException(f"{exc}\n{getattr(exc, 'log', '')}".rstrip()) from None
+    click.echo(f"built {tag} ({image_id[:19]})")
+
+
+@images.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+def images_list(as_json: bool) -> None:
+    """miner's images with their kind (base, project, healthy, broken) and size."""
+    from dataclasses import asdict
+
+    from miner.images import list_images
+
+    found = list_images(_docker())
+    if as_json:
+        print_json([asdict(i) for i in found])
+        return
+    table = Table(title=f"{len(found)} miner images")
+    for column in ("kind", "tags", "id", "size", "created"):
+        table.add_column(column)
+    for item in found:
+        table.add_row(item.kind, ", ".join(item.tags) or "-", item.id, f"{item.size / 1e6:.1f} MB", item.created)
+    Console().print(table)
+
+
+@images.command("prune")
+@click.option("--healthy", is_flag=True, help="Also remove healthy and project images (rebuilt on the next crawl).")
+@click.option("--base", is_flag=True, help="Also remove base images made by `miner images bootstrap`.")
+def images_prune(healthy: bool, base: bool) -> None:
+    """Remove miner's leftover containers, broken and dangling images (more on request)."""
+    from miner.images import prune
+
+    report = prune(_docker(), healthy=healthy, base=base)
+    click.echo(f"removed {len(report.containers)} containers, {len(report.images)} images, "
+               f"{report.reclaimed / 1e6:.1f} MB reclaimed")
