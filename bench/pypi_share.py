@@ -32,7 +32,7 @@ def measure(line_file: Path, work: Path) -> list[dict]:
         start, row = time.monotonic(), {"source": source.raw, "status": "minable", "detail": ""}
         try:
             project = fetch(source, work / "cache")
-            spec = build_spec(project)
+            spec = build_spec(project, backend=backend.name)
             env = backend.build(project, spec, work / "work" / project.key)
             state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=300)
             tests = [k for k in state.outcomes if not k.startswith("probe::")]

@@ -117,7 +117,7 @@ def _reason(exc: Exception) -> str:
 def _mine_project(project: Project, store: Store, backend: Backend, types: list[InversionType],
                   options: CrawlOptions, report: ProjectReport, phase: Callable[[str], None]) -> None:
     phase("building")
-    spec = build_spec(project)
+    spec = build_spec(project, backend=backend.name)
     env = backend.build(project, spec, store.root / "work" / project.key)
     phase("recording healthy state")
     timeout = float(project.source.overrides.get("timeout", options.timeout))

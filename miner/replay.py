@@ -107,7 +107,7 @@ def replay(store: Store, task_id: str, say: Say, keep: bool = False, shell: bool
     say(f"task {task.id}: {task.type_id} on {task.target.name} ({task.repo}@{task.commit[:12]})")
     say("rebuilding the healthy sandbox ...")
     project = fetch(task.source, store.root / "cache" / "sources")
-    env = backend.build(project, build_spec(project), store.root / "work" / project.key)
+    env = backend.build(project, build_spec(project, backend=backend.name), store.root / "work" / project.key)
     extra = getattr(backend, "run_derived_probes", None)
     sandbox = backend.fork(env)
     try:
