@@ -66,15 +66,16 @@ def collect_inventory(sandbox: Sandbox) -> tuple[str, list[Distribution], list[s
 
 def discover_probes(inventory: list[Distribution], own: list[str]) -> list[Probe]:
     """Derived checks for the project's own distributions: imports and console scripts."""
-    probes: list[Probe] = []
+    probes: dict[str, Probe] = {}  # by id: a project can show up twice (src/*.egg-info and the venv)
     for dist in (d for d in inventory if d.name in own):
         for module in dist.top_level:
             if module.startswith("_") or module in {"tests", "test", "testing", "docs"}:
                 continue
-            probes.append(Probe(id=f"probe::import::{module}", kind="import", module=module))
+            probes.setdefault(f"probe::import::{module}", Probe(id=f"probe::import::{module}", kind="import", module=module))
         for script in sorted(dist.console_scripts):
-            probes.append(Probe(id=f"probe::script::{script}", kind="script", argv=[script, "--help"]))
-    return probes
+            probes.setdefault(f"probe::script::{script}", Probe(id=f"probe::script::{script}", kind="script",
+                                                                argv=[script, "--help"]))
+    return list(probes.values())
 
 
 def run_raw_probes(sandbox: Sandbox, probes: list[Probe]) -> dict[str, dict]:

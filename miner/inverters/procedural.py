@@ -53,7 +53,7 @@ from packaging.version import InvalidVersion, Version
 from miner.catalogue import CatalogueError, render
 from miner.models import HealthyState, Inversion, InversionType, Project, Target
 
-MAX_FILE_BYTES = 256 * 1024  # config/data files are embedded (base64) in the fix script
+MAX_FILE_BYTES = 1024 * 1024  # config/data files are embedded (base64) in the fix script
 MAX_SOURCE_FILES = 5000
 SKIP_DIRS = {"__pycache__", "node_modules", "build", "dist", "venv", "env", "site-packages", "htmlcov", "wheelhouse"}
 TEST_DIRS = {"test", "tests", "testing"}
