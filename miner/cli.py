@@ -391,3 +391,88 @@ def images_prune(healthy: bool, base: bool) -> None:
     report = prune(_docker(), healthy=healthy, base=base)
     click.echo(f"removed {len(report.containers)} containers, {len(report.images)} images, "
                f"{report.reclaimed / 1e6:.1f} MB reclaimed")
+
+
+# -- export / check ---------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["harbor", "terminal-bench", "jsonl"]), required=True,
+              help="harbor = Terminal-Bench 2.0 task folders; terminal-bench = TB 1.0 folders; jsonl = one file.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder.")
+@click.option("--type", "types", multiple=True, metavar="T", help="Exact type id or family; repeatable.")
+@click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
+@click.option("--difficulty", metavar="D", help="Exact difficulty (easy, medium, hard).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Export at most N tasks (oldest first).")
+@click.option("--overwrite", is_flag=True, help="Rewrite task folders (or records) that already exist.")
+@click.option("--org", default="miner", show_default=True, help="Harbor task names are ORG/NAME.")
+@click.option("--base-image", default="miner/base:bookworm", show_default=True, envvar="MINER_EXPORT_BASE_IMAGE",
+              help="FROM image of the exported Dockerfiles (it needs bash and python3 with venv).")
+@click.pass_context
+def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], repo: str | None,
+           difficulty: str | None, limit: int | None, overwrite: bool, org: str, base_image: str) -> None:
+    """Export stored tasks in bulk; rerunning it leaves existing folders alone (or rewrites them identically)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from miner.export import ExportOptions, export_tasks, select_tasks
+
+    try:
+        options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--org") from None
+    console = Console()
+    with open_store(ctx) as store:
+        chosen = select_tasks(store, types, repo=repo, difficulty=difficulty, limit=limit)
+        if not chosen:
+            raise click.ClickException("no stored task matches the filters")
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            job = bar.add_task(f"exporting to {fmt}", total=len(chosen))
+            summary = export_tasks(store, chosen, fmt, out, options,
+                                   on_task=lambda outcome: bar.advance(job))
+    table = Table(title=f"{fmt} export to {out}")
+    for column in ("status", "tasks"):
+        table.add_column(column, justify="right" if column == "tasks" else "left")
+    for status in ("written", "updated", "unchanged", "kept", "failed"):
+        if summary.count(status):
+            table.add_row(status, str(summary.count(status)))
+    console.print(table)
+    for outcome in summary.failed:
+        console.print(f"[red]failed[/red] {outcome.task_id} ({outcome.name}): {outcome.reason}")
+    done = [o for o in summary.outcomes if o.bytes]
+    size = sum(o.bytes for o in done) / max(len(done), 1) / 1e3
+    console.print(f"{len(summary.outcomes)} task(s) in {summary.seconds:.1f}s, {summary.images_built} healthy "
+                  f"image(s) built, {size:.0f} kB a task; kept = already there (use --overwrite to rewrite)")
+    if summary.failed:
+        raise click.ClickException(f"{len(summary.failed)} task(s) could not be exported (see above)")
+
+
+@main.command()
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def check(dirs: tuple[Path, ...], as_json: bool) -> None:
+    """Check exported Harbor tasks in Docker: the verifier scores 0 untouched and 1 after solution/solve.sh.
+
+    DIRS are task folders, or folders holding task folders.
+    """
+    from miner.check import check_tasks
+
+    console = Console()
+    results = check_tasks(list(dirs), on_result=lambda r: as_json or console.print(
+        f"{'[green]ok[/green]' if r.ok else '[red]FAIL[/red]'} {r.name or r.path}"))
+    if as_json:
+        print_json([{"path": str(r.path), "name": r.name, "ok": r.ok, "reason": r.reason,
+                     "nop": r.nop.reward if r.nop else None, "oracle": r.oracle.reward if r.oracle else None,
+                     "build_seconds": r.build_seconds} for r in results])
+    else:
+        table = Table(title=f"{sum(r.ok for r in results)}/{len(results)} task(s) pass")
+        for column in ("task", "build s", "untouched", "after solve.sh", "result"):
+            table.add_column(column)
+        for r in results:
+            show = lambda s: "-" if s is None else f"{s.reward} ({s.seconds:.0f}s)"  # noqa: E731
+            table.add_row(r.name or str(r.path), f"{r.build_seconds:.0f}", show(r.nop), show(r.oracle),
+                          "[green]ok[/green]" if r.ok else f"[red]{r.reason}[/red]")
+        console.print(table)
+    failing = [r for r in results if not r.ok]
+    if failing:
+        raise click.ClickException("; ".join(f"{r.name or r.path}: {r.reason}" for r in failing))

@@ -15,6 +15,7 @@ from miner.export.common import (
     ExportSummary,
     TaskOutcome,
     export_tasks,
+    select_tasks,
     task_slug,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "ExportSummary",
     "TaskOutcome",
     "export_tasks",
+    "select_tasks",
     "task_slug",
 ]

@@ -570,6 +570,17 @@ class SourceLoader:
         return project, spec, healthy
 
 
+def select_tasks(store, types: Iterable[str] = (), repo: str | None = None,  # noqa: ANN001
+                 difficulty: str | None = None, limit: int | None = None) -> list[Task]:
+    """Stored tasks matching any of the types (exact id or family), the repo and difficulty; oldest first."""
+    chosen: dict[str, Task] = {}
+    for type_spec in list(types) or [None]:
+        for task in store.list_tasks(type_spec, repo=repo, difficulty=difficulty):
+            chosen.setdefault(task.id, task)
+    ordered = sorted(chosen.values(), key=lambda t: (t.created, t.id))
+    return ordered[:limit] if limit is not None else ordered
+
+
 # -- the bulk export ------------------------------------------------------------------------------
 
 
@@ -647,7 +658,9 @@ def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportO
         if on_task is not None:
             on_task(outcome)
     if fmt == "jsonl":
-        jsonl.write_records(out / jsonl.FILE_NAME, records, options.overwrite)
+        written = jsonl.write_records(out / jsonl.FILE_NAME, records, options.overwrite)
+        for outcome in summary.outcomes:
+            outcome.status = written.get(f"{options.org}__{outcome.name}", outcome.status)
     summary.images_built = manifests.built
     summary.seconds = round(time.monotonic() - start, 3)
     return summary
