@@ -538,12 +538,17 @@ def remove_containers(client: docker.DockerClient, filters: dict[str, Any], repo
             log.warning("could not remove container %s: %s", container.short_id, exc)
 
 
-def prune(client: docker.DockerClient, *, healthy: bool = False, base: bool = False) -> PruneReport:
-    """Remove miner's containers, broken and dangling images; healthy/base images on request."""
+def prune(client: docker.DockerClient, *, healthy: bool = False, base: bool = False,
+          match: dict[str, str] | None = None) -> PruneReport:
+    """Remove miner's containers, broken and dangling images; healthy/base images on request.
+
+    `match` narrows everything to objects that also carry those labels (tests use it).
+    """
     report = PruneReport()
-    remove_containers(client, {"label": f"{LABEL}=1"}, report)
+    label_filter = [f"{LABEL}=1", *(f"{k}={v}" for k, v in (match or {}).items())]
+    remove_containers(client, {"label": label_filter}, report)
     kinds = {"broken", "fork"} | ({"healthy", "project"} if healthy else set()) | ({"base"} if base else set())
-    for image in client.images.list(filters={"label": f"{LABEL}=1"}):
+    for image in client.images.list(filters={"label": label_filter}):
         kind = (image.labels or {}).get(KIND, "")
         if kind not in kinds:
             continue
@@ -555,7 +560,7 @@ def prune(client: docker.DockerClient, *, healthy: bool = False, base: bool = Fa
             report.reclaimed += size
         except docker.errors.APIError as exc:
             log.warning("could not remove image %s: %s", image.short_id, exc)
-    result = client.images.prune(filters={"dangling": True, "label": f"{LABEL}=1"})
+    result = client.images.prune(filters={"dangling": True, "label": label_filter})
     for item in result.get("ImagesDeleted") or []:
         if item.get("Deleted"):
             report.images.append(item["Deleted"][:19])

@@ -1,0 +1,208 @@
+"""miner.images: mirrors, pip forwarding, the broken-image Dockerfile, base image resolution,
+listing and pruning against a real engine (skipped with the reason when none answers)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from miner import images
+from miner.sandbox.base import BackendUnavailable, BuildError
+
+# --- without an engine --------------------------------------------------------------------------
+
+
+def test_debian_mirror_reads_deb822_sources_first(tmp_path, monkeypatch):
+    monkeypatch.delenv("MINER_DEBIAN_MIRROR", raising=False)
+    (tmp_path / "etc/apt/sources.list.d").mkdir(parents=True)
+    (tmp_path / "etc/apt/sources.list.d/debian.sources").write_text(
+        "Types: deb\nURIs: http://security.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n")
+    assert images.debian_mirror(tmp_path) == "http://mirror.example/debian"
+
+
+def test_debian_mirror_reads_sources_list(tmp_path, monkeypatch):
+    monkeypatch.delenv("MINER_DEBIAN_MIRROR", raising=False)
+    (tmp_path / "etc/apt").mkdir(parents=True)
+    (tmp_path / "etc/apt/sources.list").write_text(
+        "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://legacy.example/debian bookworm main\n")
+    assert images.debian_mirror(tmp_path) == "http://legacy.example/debian"
+    monkeypatch.setenv("MINER_DEBIAN_MIRROR", "http://override.example/debian")
+    assert images.debian_mirror(tmp_path) == "http://override.example/debian"
+
+
+def test_host_pip_settings_forward_remote_settings_only(tmp_path, monkeypatch):
+    cert = tmp_path / "proxy-ca.crt"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    monkeypatch.setenv("PIP_INDEX_URL", "https://mirror.example/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///opt/pypi/simple https://user:token@private.example/simple "
+                                             "https://extra.example/simple")
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    monkeypatch.setenv("PIP_TRUSTED_HOST", "mirror.example")
+    monkeypatch.setenv("PIP_CERT", str(cert))
+    settings = images.host_pip_settings()
+    assert settings.index_url == "https://mirror.example/simple"
+    assert settings.extra_index_urls == ["https://extra.example/simple"]
+    assert settings.find_links == []
+    assert settings.cert == cert
+    dropped = "\n".join(settings.dropped)
+    assert "file:///opt/pypi/simple" in dropped and "/opt/wheels" in dropped
+    assert "credentials are never baked" in dropped and "token" not in dropped
+    env = settings.env()
+    assert env["PIP_CERT"] == images.HOST_CA_PATH and env["PIP_TRUSTED_HOST"] == "mirror.example"
+    assert "token" not in repr(env)
+    context = tmp_path / "ctx"
+    context.mkdir()
+    lines = images.pip_dockerfile_lines(settings, context)
+    assert lines[0] == f"COPY {images.HOST_CA_NAME} {images.HOST_CA_PATH}"
+    assert (context / images.HOST_CA_NAME).read_bytes() == cert.read_bytes()
+    assert lines[1].startswith("ENV ") and 'PIP_INDEX_URL="https://mirror.example/simple"' in lines[1]
+
+
+def test_break_dockerfile_is_one_layer_that_removes_the_script():
+    text = images.break_dockerfile("miner/healthy-abc:1", "break.sh")
+    assert text.splitlines() == [
+        "FROM miner/healthy-abc:1",
+        "USER root",
+        "COPY break.sh /tmp/break.sh",
+        "RUN bash -c 'source /sandbox/env.sh; cd /sandbox/project && bash /tmp/break.sh' && rm -f /tmp/break.sh",
+    ]
+
+
+def test_configured_base_image(monkeypatch):
+    monkeypatch.delenv("MINER_BASE_IMAGE", raising=False)
+    assert images.configured_base_image() == (images.DEFAULT_BASE_IMAGE, False)
+    monkeypatch.setenv("MINER_BASE_IMAGE", "corp/python:3.11")
+    assert images.configured_base_image() == ("corp/python:3.11", True)
+    assert images.configured_base_image("mine:1") == ("mine:1", True)
+
+
+def test_no_engine_message(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(BackendUnavailable, match="--backend local"):
+        images.docker_client(timeout=5)
+    assert images.engine_available() is False
+
+
+# --- with an engine -----------------------------------------------------------------------------
+
+try:
+    CLIENT = images.docker_client(timeout=10)
+    NO_ENGINE = None
+except BackendUnavailable as exc:
+    CLIENT, NO_ENGINE = None, str(exc)
+needs_engine = pytest.mark.skipif(NO_ENGINE is not None, reason=NO_ENGINE or "")
+
+
+def _bootstrap_present() -> bool:
+    return CLIENT is not None and images.find_image(CLIENT, images.BOOTSTRAP_TAG) is not None
+
+
+@pytest.fixture
+def fake_healthy():
+    """A tiny image with the sandbox layout, labelled for this test only."""
+    if not _bootstrap_present():
+        pytest.skip(f"{images.BOOTSTRAP_TAG} is missing: run `miner images bootstrap`")
+    mark = uuid.uuid4().hex[:8]
+    image = images.build_image(
+        CLIENT,
+        dockerfile_text=f"FROM {images.BOOTSTRAP_TAG}\nRUN mkdir -p /sandbox/project && touch /sandbox/env.sh"
+                        f" && echo {mark} > /sandbox/project/data.txt\n",
+        tag=f"miner/test-healthy-{mark}:latest",
+        image_labels=images.labels("healthy", test=mark),
+    )
+    yield image, mark
+    images.prune(CLIENT, healthy=True, match={"miner.test": mark})
+    assert images.find_image(CLIENT, image.id) is None
+
+
+@needs_engine
+def test_broken_image_list_and_prune(fake_healthy):
+    image, mark = fake_healthy
+    broken = images.build_broken_image(CLIENT, image.id, "rm data.txt\n", tag=f"miner/test-broken-{mark}:latest")
+    assert 0 <= broken.unique_bytes < 4096
+    assert images.build_broken_image(CLIENT, image.id, "rm data.txt\n", tag=broken.tag).id == broken.id
+    CLIENT.images.get(broken.id).tag(f"miner/test-broken-{mark}", "labelled")  # same image, two tags
+    listed = {tag: info.kind for info in images.list_images(CLIENT) for tag in info.tags}
+    assert listed[f"miner/test-healthy-{mark}:latest"] == "healthy"
+    assert listed[broken.tag] == "broken"
+    # the broken image carries the label of its healthy image, not the test mark: prune by its tag
+    report = images.prune(CLIENT, match={"miner.healthy": image.id})
+    assert images.find_image(CLIENT, broken.tag) is None
+    assert images.find_image(CLIENT, image.id) is not None  # healthy kept without --healthy
+    assert report.images
+
+
+@needs_engine
+def test_prune_removes_labelled_containers(fake_healthy):
+    image, mark = fake_healthy
+    container = CLIENT.containers.create(image.id, command=["true"], labels=images.labels("fork", test=mark))
+    report = images.prune(CLIENT, match={"miner.test": mark})
+    assert container.short_id in report.containers
+    assert CLIENT.containers.list(all=True, filters={"label": f"miner.test={mark}"}) == []
+
+
+@needs_engine
+def test_failing_build_is_a_build_error_without_leftovers(fake_healthy):
+    image, mark = fake_healthy
+    before = {i.id for i in CLIENT.images.list(all=True)}
+    with pytest.raises(BuildError) as err:
+        images.build_image(CLIENT, dockerfile_text=f"FROM {image.id}\nLABEL miner=1 miner.test={mark}\n"
+                                                   "RUN echo step-one\nRUN echo it-fails-here; exit 3\n")
+    assert "it-fails-here" in err.value.log
+    assert "returned a non-zero code: 3" in str(err.value)
+    assert {i.id for i in CLIENT.images.list(all=True)} - before == set()
+
+
+@needs_engine
+def test_resolve_base_image(monkeypatch):
+    monkeypatch.delenv("MINER_BASE_IMAGE", raising=False)
+    with pytest.raises(BackendUnavailable, match="miner images bootstrap"):
+        images.resolve_base_image(CLIENT, "miner/no-such-image:0")
+    if images.find_image(CLIENT, images.DEFAULT_BASE_IMAGE) is None and _bootstrap_present():
+        # the default cannot be pulled without a registry: the bootstrap image stands in
+        assert images.resolve_base_image(CLIENT) == images.BOOTSTRAP_TAG
+    monkeypatch.setenv("MINER_BASE_IMAGE", "miner/no-such-image:0")
+    with pytest.raises(BackendUnavailable, match="miner/no-such-image:0"):
+        images.resolve_base_image(CLIENT)
+
+
+@needs_engine
+@pytest.mark.skipif(os.environ.get("MINER_TEST_BOOTSTRAP") != "1",
+                    reason="debootstrap takes minutes: set MINER_TEST_BOOTSTRAP=1 (CI bootstraps via .ci/docker-setup.sh)")
+def test_bootstrap_base_builds_a_python_image():
+    tag = "miner/test-bootstrap:bookworm"
+    try:
+        images.bootstrap_base(CLIENT, tag)
+        out = CLIENT.containers.run(tag, ["python3", "-c", "import venv, ssl; print('ok')"], remove=True)
+        assert out.strip() == b"ok"
+        assert CLIENT.images.get(tag).labels["miner.kind"] == "base"
+        assert CLIENT.containers.run(tag, ["sh", "-c", "ls /var/cache/apt/archives/*.deb 2>/dev/null | wc -l"],
+                                     remove=True).strip() == b"0"
+    finally:
+        if images.find_image(CLIENT, tag):
+            CLIENT.images.remove(tag, force=True)
+
+
+def test_images_cli_lists(monkeypatch):
+    from click.testing import CliRunner
+
+    from miner.cli import main
+
+    if NO_ENGINE:
+        result = CliRunner().invoke(main, ["images", "list"], env={"DOCKER_HOST": os.environ.get("DOCKER_HOST", "")})
+        assert result.exit_code != 0 and "--backend local" in result.output
+        return
+    result = CliRunner().invoke(main, ["images", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    rows = json.loads(result.output)
+    assert all({"id", "tags", "kind", "size"} <= set(row) for row in rows)
+    if _bootstrap_present():
+        assert any(images.BOOTSTRAP_TAG in row["tags"] for row in rows)
+    bad = CliRunner().invoke(main, ["images", "list"], env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
+    assert bad.exit_code != 0 and "no Docker engine answers" in bad.output
