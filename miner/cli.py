@@ -323,6 +323,37 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
     console.print("[green]replay reproduces the stored task[/green]")
 
 
+@main.command()
+@click.argument("source_or_task")
+@click.option("--format", "fmt", type=click.Choice(["json", "dot", "svg"]), default="svg", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output file (default: NAME.graph.FORMAT in the current folder).")
+@click.option("--budget", type=click.IntRange(min=1), default=8, show_default=True, help="Inversion points chosen.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Order of the chosen points.")
+@click.option("--backend", type=click.Choice(["local", "docker", "auto"]), default="local", show_default=True,
+              help="Sandbox used when a source has no healthy state in the store yet.")
+@click.pass_context
+def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None, budget: int, seed: int,
+          backend: str) -> None:
+    """Write the dependency graph of a source or a stored task, with inversion points in red."""
+    from miner.graph import GraphvizMissing, graph_command
+
+    console = Console()
+    store = open_store(ctx, create=True)
+    try:
+        report = graph_command(store, source_or_task, fmt=fmt, out=output, budget=budget, seed=seed,
+                               backend=backend, say=lambda text: console.print(f"[dim]{text}[/dim]"))
+    except (GraphvizMissing, ValueError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
+    console.print(f"wrote {report.path} ({report.nodes} nodes, {report.edges} edges)")
+    table = Table(title="inversion points" + (f" of task {report.task}" if report.task else ""))
+    for column in ("target", "predicted F2P", "depth"):
+        table.add_column(column)
+    for target, radius, depth in report.chosen:
+        table.add_row(target.key, f"{len(radius)} of {report.passing}", str(depth))
+    console.print(table)
+
+
 @main.group()
 def images() -> None:
     """Docker images of miner (label miner=1): bootstrap a base image, list, prune."""

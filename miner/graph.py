@@ -1,22 +1,42 @@
-"""Dependency graph of a project: which tests depend on which modules, files, variables, packages.
+"""Dependency graph of a project: which tests depend on which functions, modules, files,
+variables and installed packages, so inversion points can be chosen before anything is broken.
 
 Pure analysis of a project folder on the host plus its recorded HealthyState (no sandbox). The
-project's Python files are parsed with tree-sitter; installed distributions come from the
-healthy inventory (top-level modules, requirements, console scripts). The result is a networkx
-DiGraph whose edges mean "depends on" (dependent -> dependency). Node ids:
+project's Python files are parsed with tree-sitter: imports (absolute, relative, `from`, local,
+`importlib.import_module`, lazy `__getattr__` exports), string literals and path expressions
+naming project files (`open("x")`, `Path(__file__).parent / "data" / "x.csv"`, module
+constants, `os.path.join`, `importlib.resources.files(pkg) / "x"`), environment reads and writes
+(`os.environ[...]`, `os.getenv`, `os.environ.get`, `monkeypatch.setenv`), and programs run
+through subprocess. Installed distributions come from the healthy inventory (top-level
+modules, files, requirements, console scripts). Calls between the project's functions are
+matched by name among the modules a scope can reach through imports, so a test depends on the
+functions it calls rather than on everything its imports contain.
 
-  test:<pytest node id>    probe:<probe id>       module:<dotted name>    distribution:<name>
-  config:<relative path>   data:<relative path>   envvar:<NAME>           script:<name>
+The result is a networkx DiGraph whose edges mean "depends on" (dependent -> dependency):
+
+  test:<pytest node id>     a test: its file's module level, its conftest files, its own body,
+                            class and setup code, the fixtures it requests (by name), the
+                            project functions those call, pytest itself and its config file
+  probe:<probe id>          a derived probe (`import pkg`, `script --help`)
+  function:<module>.<name>  a function or method of the project's code (not of test files)
+  module:<dotted name>      a project module (what runs at import), or an imported top-level
+                            package of an installed distribution (attribute external=True)
+  distribution:<name>       an installed distribution -> the distributions it requires
+  script:<name>             a console script -> its entry function and its distribution
+  config:<path> data:<path> a project file the code reads (path relative to the project)
+  envvar:<NAME>             an environment variable the code reads
 
 Every node has `kind` and `label`; test and probe nodes carry `test_id`, the id used in
-HealthyState.outcomes. On top of the graph: `predict` (the tests a target's break should fail),
-`depth` (how far below those tests the target sits), `select_targets` (inversion points worth
-trying, most informative first), `difficulty`, and renderers (`to_json`, `to_dot`, `write_graph`).
+HealthyState.outcomes; edges carry `rel` (imports, calls, reads, reads-env, runs, requires,
+provided-by, installed-by, entry, package, in-file, conftest, defined-in, runner, plugin, config).
+On top of the graph: `predict` (the tests a target's break should fail), `depth` (how far below
+those tests it sits), `select_targets` (inversion points worth trying, most informative first),
+`difficulty`, renderers (`to_json`, `to_dot`, `write_graph`) and `graph_command` behind
+`miner graph`.
 
-Usage:
     graph = build_graph(project, healthy)
-    for target, radius, depth in select_targets(graph, healthy, targets, budget=20, seed=0): ...
-    write_graph(graph, "svg", Path("graph.svg"), highlight=[t.key for t, _, _ in chosen])
+    chosen = select_targets(graph, healthy, targets, budget=20, seed=0)  # [(target, F2P, depth)]
+    write_graph(graph, "svg", Path("graph.svg"), highlight=[t for t, _, _ in chosen])
 """
 
 from __future__ import annotations
@@ -32,13 +52,16 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import networkx as nx
 import tree_sitter_python
 from tree_sitter import Language, Node, Parser, Query, QueryCursor
 
 from miner.models import HealthyState, Project, Target
+
+if TYPE_CHECKING:
+    from miner.store import Store
 
 PY_LANGUAGE = Language(tree_sitter_python.language())
 SKIP_DIRS = {".git", "__pycache__", ".tox", ".nox", ".venv", "venv", ".mypy_cache", ".pytest_cache",
@@ -54,6 +77,7 @@ COMMAND_CALLS = {"run", "call", "check_call", "check_output", "Popen", "system",
 PATH_CALLS = {"Path", "PurePath", "PosixPath", "PurePosixPath", "join", "joinpath"}
 RESOURCE_CALLS = {"files", "read_text", "read_binary", "open_text", "open_binary", "get_data",
                   "is_resource", "path"}
+LISTING_NAMES = {"glob", "rglob", "iglob", "iterdir", "listdir", "scandir", "walk", "copytree"}
 TMP_NAMES = {"tmp_path", "tmpdir", "tmp_path_factory", "tmpdir_factory", "tmp_dir", "temp_dir", "tmp"}
 CLASS_SETUP = {"setUp", "tearDown", "setUpClass", "tearDownClass", "asyncSetUp", "asyncTearDown",
                "setup_method", "teardown_method", "setup_class", "teardown_class", "setup", "teardown"}
@@ -483,6 +507,26 @@ def _strings(node: Node) -> Iterable[Node]:
         stack.extend(current.children)
 
 
+def _suffix_matches(text: str, index: dict[str, list[str]]) -> list[str]:
+    """Paths of the index (keyed by last component) equal to text or ending/ended with it at a '/'."""
+    return [rel for rel in index.get(PurePosixPath(text).name, [])
+            if rel == text or text.endswith("/" + rel) or rel.endswith("/" + text)]
+
+
+def _nearest(matches: list[str], near: str) -> list[str]:
+    """Of several same-named paths, those sharing the longest folder prefix with `near`."""
+    if len(matches) < 2:
+        return matches
+    here = PurePosixPath(near).parent.parts
+
+    def shared(rel: str) -> int:
+        parts = PurePosixPath(rel).parts
+        return next((i for i, (a, b) in enumerate(zip(parts, here)) if a != b), min(len(parts), len(here)))
+
+    best = max(shared(m) for m in matches)
+    return [m for m in matches if shared(m) == best]
+
+
 def parse_source(text: bytes, rel: str, module: str, package: bool = False) -> SourceFile:
     """Analyse one Python file (tree-sitter tolerates syntax errors: what parses is used)."""
     tree = Parser(PY_LANGUAGE).parse(text)
@@ -581,8 +625,11 @@ class _Builder:
         self.sources = {rel: self._parse(rel) for rel in py_files}
         self.resources = [f for f in files if PurePosixPath(f).suffix.lower() not in NOT_DATA_SUFFIXES]
         self.by_basename: dict[str, list[str]] = defaultdict(list)
+        self.folders: dict[str, list[str]] = defaultdict(list)  # folder name -> folders holding resources
         for rel in self.resources:
             self.by_basename[PurePosixPath(rel).name].append(rel)
+        for folder in sorted({str(p) for rel in self.resources for p in PurePosixPath(rel).parents if str(p) != "."}):
+            self.folders[PurePosixPath(folder).name].append(folder)
         self.providers = self._providers()
         self.scripts = {s: d.name for d in healthy.inventory for s in d.console_scripts}
         own = {canonical(n) for n in healthy.project_dists}
@@ -754,25 +801,22 @@ class _Builder:
         external = self._external_module(parts[0])
         return targets + ([external] if external else [])
 
-    def _file_targets(self, literal: str, near: str) -> list[str]:
-        """Project files a string literal names: equal, or one ends with the other at a '/'."""
+    def _file_targets(self, literal: str, near: str, listing: bool = False) -> list[str]:
+        """Project files a string literal names: equal, or one ends with the other at a '/'.
+
+        With `listing` (the scope globs or lists folders), a literal naming a folder stands for
+        every file under it.
+        """
         text = literal.strip().replace("\\", "/")
         while text.startswith("./"):
             text = text[2:]
         text = text.rstrip("/")
         if not text or len(text) > 255:
             return []
-        matches = [rel for rel in self.by_basename.get(PurePosixPath(text).name, [])
-                   if rel == text or text.endswith("/" + rel) or rel.endswith("/" + text)]
-        if len(matches) > 1:  # the same name in several places: the copies nearest the code
-            here = PurePosixPath(near).parent.parts
-
-            def shared(rel: str) -> int:
-                parts = PurePosixPath(rel).parts
-                return next((i for i, (a, b) in enumerate(zip(parts, here)) if a != b), min(len(parts), len(here)))
-
-            best = max(shared(m) for m in matches)
-            matches = [m for m in matches if shared(m) == best]
+        matches = _nearest(_suffix_matches(text, self.by_basename), near)
+        if listing and not matches:
+            for folder in _nearest(_suffix_matches(text, self.folders), near):
+                matches += [r for r in self.resources if r.startswith(folder + "/")]
         return [self._node(f"{file_kind(m)}:{m}", file_kind(m), m, path=m) for m in matches]
 
     # -- calls between the project's functions, matched by name among the modules in reach
@@ -823,8 +867,9 @@ class _Builder:
         found: list[tuple[str, str]] = []
         for item in sorted(scope.imports):
             found += [(t, "imports") for t in self._import_targets(item, source)]
+        listing = bool(scope.names & LISTING_NAMES)
         for literal in sorted(scope.paths):
-            found += [(t, "reads") for t in self._file_targets(literal, source.rel)]
+            found += [(t, "reads") for t in self._file_targets(literal, source.rel, listing)]
         for name in sorted(scope.envvars):
             found.append((self._node(f"envvar:{name}", "envvar", f"${name}", set=name in self.healthy.env),
                           "reads-env"))
@@ -940,9 +985,9 @@ class _Builder:
         chosen: list[tuple[SourceFile, str]] = [(source, qualname)]
         chosen += [(source, f"{c}.{m}") for c in class_keys for m in CLASS_SETUP if f"{c}.{m}" in source.functions]
         chosen += [(source, m) for m in MODULE_SETUP if m in source.functions]
-        for owner in [source] + conftests:
-            chosen += [(owner, f.qualname) for f in owner.functions.values()
-                       if f.autouse and f.qualname.count(".") == 0]
+        for owner in [source] + conftests:  # autouse fixtures and pytest hooks run for every test
+            chosen += [(owner, f.qualname) for f in owner.functions.values() if f.qualname.count(".") == 0
+                       and (f.autouse or f.qualname.startswith("pytest_"))]
         chosen += [(source, f.qualname) for f in source.functions.values()
                    if f.autouse and f.qualname.rsplit(".", 1)[0] in class_keys]
         requested = set(source.functions[qualname].usefixtures)
@@ -959,7 +1004,8 @@ class _Builder:
         while queue or names:
             if queue:
                 owner, key = queue.pop()
-                names |= owner.scopes[key].names if key in owner.scopes else set()
+                if key in owner.scopes:  # request.getfixturevalue("name") names a fixture too
+                    names |= owner.scopes[key].names | owner.scopes[key].paths
                 continue
             found = self._lookup(names.pop(), source, class_keys, conftests)
             if found and (found[0].rel, found[1]) not in seen:
@@ -1179,7 +1225,10 @@ def highlight_nodes(graph: nx.DiGraph, highlight: Iterable[str | Target]) -> set
                 item = Target(kind=kind, name=name, path=name)
             except ValueError:
                 continue
-        nodes |= set(target_nodes(graph, item))
+        found = target_nodes(graph, item)
+        if item.kind == "module" and f"module:{item.name}" in found:
+            found = [f"module:{item.name}"]  # the package drawn, not every distribution installing it
+        nodes |= set(found)
     return nodes
 
 
@@ -1274,7 +1323,7 @@ def _cluster_of(attrs: dict) -> tuple[str, str]:
 
 def to_dot(graph: nx.DiGraph, highlight: Iterable[str | Target] = ()) -> str:
     """Graphviz text: left to right from tests to distributions, one cluster and colour per kind,
-    chosen inversion points and the edges leading to them in red."""
+    chosen inversion points in red and the edges leading to them in light red."""
     marked = highlight_nodes(graph, highlight)
     view = readable_view(graph, marked)
     hot = set(marked)
@@ -1283,7 +1332,7 @@ def to_dot(graph: nx.DiGraph, highlight: Iterable[str | Target] = ()) -> str:
     title = f"{graph.graph.get('repo', '')} @ {str(graph.graph.get('commit', ''))[:12]}"
     lines = ["digraph dependencies {",
              f"  graph [rankdir=LR, ranksep=0.9, nodesep=0.18, fontname=Helvetica, fontsize=16,"
-             f" labelloc=t, label={_quote(title + chr(10) + 'arrows: depends on   red: chosen inversion points')}];",
+             f" labelloc=t, label={_quote(title + chr(10) + 'arrows: depends on   red: chosen inversion points (light red: paths from tests to them)')}];",
              '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, penwidth=0.8];',
              "  edge [color=\"#8c8c8c\", arrowsize=0.6, penwidth=0.7];"]
     clusters: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -1305,7 +1354,7 @@ def to_dot(graph: nx.DiGraph, highlight: Iterable[str | Target] = ()) -> str:
                 lines += members
         lines.append("  }")
     for source, target, attrs in sorted(view.edges(data=True)):
-        extra = ' [color="#cb181d", penwidth=1.6]' if source in hot and target in hot else ""
+        extra = ' [color="#fb6a4a", penwidth=1.4]' if source in hot and target in hot else ""
         if attrs.get("rel") in HIDDEN_UNLESS_RED and not extra:
             continue
         if attrs.get("rel") == "in-file" and not extra:
@@ -1337,3 +1386,100 @@ def write_graph(graph: nx.DiGraph, fmt: str, out_path: Path, highlight: Iterable
     if result.returncode != 0:
         raise RuntimeError(f"dot failed (exit {result.returncode}): {result.stderr.strip()[:500]}")
     return out_path
+
+
+# ---------------------------------------------------------------------------------------------
+# `miner graph`: the graph of a source or of a stored task's project
+# ---------------------------------------------------------------------------------------------
+
+class GraphUnavailable(ValueError):
+    """The project could not be fetched, built or measured; the message says why."""
+
+
+@dataclass
+class GraphReport:
+    """What `miner graph` wrote and chose."""
+
+    path: Path
+    nodes: int
+    edges: int
+    passing: int  # healthy-passing tests and probes
+    chosen: list[tuple[Target, set[str], int]]  # inversion points: (target, predicted F2P, depth)
+    task: str | None = None  # the task id when a task was drawn
+
+
+def graph_targets(graph: nx.DiGraph, healthy: HealthyState) -> list[Target]:
+    """Inversion points the graph offers: distributions, imported packages, scripts, variables,
+    and the config and data files the code reads (the project's code and tests are protected)."""
+    protected = set(healthy.protected)
+    targets = []
+    for node, attrs in sorted(graph.nodes(data=True)):
+        kind, name = attrs["kind"], node.split(":", 1)[1]
+        if kind in ("distribution", "script", "envvar"):
+            targets.append(Target(kind=kind, name=name))
+        elif kind == "module" and attrs.get("external"):
+            targets.append(Target(kind="module", name=name))
+        elif kind in ("config", "data") and attrs["path"] not in protected:
+            targets.append(Target(kind=kind, name=attrs["path"], path=attrs["path"]))
+    return targets
+
+
+def graph_command(store: "Store", source_or_task: str, fmt: str = "svg", out: Path | None = None,
+                  budget: int = 8, seed: int = 0, backend: str = "local", timeout: float = 600.0,
+                  say=lambda text: None) -> GraphReport:
+    """Draw the graph of a stored task's project (its target highlighted) or of a source
+    (repos.txt syntax: folder, git URL, pypi:NAME==VERSION), highlighting the inversion points
+    select_targets chooses. A source without a healthy state in the store is built and measured
+    in a sandbox first (the backend caches builds)."""
+    from miner.sources import parse_source as parse_line
+    from miner.store import UnknownTask
+
+    try:
+        task = store.get_task(source_or_task)
+    except UnknownTask:
+        task = None
+    source = task.source if task else parse_line(source_or_task, Path.cwd())
+    if source is None:
+        raise ValueError(f"not a task id nor a source: {source_or_task!r}")
+    project, healthy = _project_state(store, source, backend, timeout, say)
+    graph = build_graph(project, healthy)
+    passing = set(healthy.passing)
+    if task is not None:
+        radius = predict(graph, task.target) & passing
+        chosen = [(task.target, radius, depth(graph, task.target, task.f2p) or 0)]
+    else:
+        chosen = select_targets(graph, healthy, graph_targets(graph, healthy), budget, seed)
+    name = task.id[:12] if task else source.name
+    path = Path(out) if out else Path.cwd() / f"{name}.graph.{fmt}"
+    write_graph(graph, fmt, path, [t for t, _, _ in chosen])
+    return GraphReport(path, graph.number_of_nodes(), graph.number_of_edges(), len(passing), chosen,
+                       task.id if task else None)
+
+
+def _project_state(store: "Store", source, backend: str, timeout: float, say) -> tuple[Project, HealthyState]:
+    """The fetched project and its healthy state: from the store, else measured now."""
+    from miner.healthy import SkipProject
+    from miner.sandbox.base import SandboxError
+    from miner.sources import FetchError, fetch
+
+    try:
+        say(f"fetching {source.raw}")
+        project = fetch(source, store.root / "cache" / "sources")
+        return project, store.healthy(project.key) or _measure_healthy(store, project, backend, timeout, say)
+    except (FetchError, SkipProject, SandboxError) as exc:
+        log = getattr(exc, "log", "")
+        raise GraphUnavailable(f"{source.raw}: {exc}" + (f" | {log.strip()[-300:]}" if log else "")) from None
+
+
+def _measure_healthy(store: "Store", project: Project, backend_name: str, timeout: float, say) -> HealthyState:
+    from miner.healthy import record_healthy
+    from miner.install import build_spec
+    from miner.sandbox import get_backend
+    from miner.testing import pytest_command
+
+    backend = get_backend(backend_name)
+    spec = build_spec(project, backend=backend.name)
+    say(f"building {project.repo} ({backend.name} sandbox)")
+    env = backend.build(project, spec, store.root / "work" / project.key)
+    say("recording the healthy state (the test suite runs twice)")
+    return record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout)

@@ -30,6 +30,7 @@ from miner.graph import (
     build_graph,
     depth,
     difficulty,
+    graph_command,
     module_names,
     parse_source,
     predict,
@@ -40,7 +41,8 @@ from miner.graph import (
     write_graph,
 )
 from miner.healthy import discover_probes
-from miner.models import Distribution, HealthyState, Outcome, Project, Source, Target
+from miner.models import Distribution, HealthyState, Outcome, Project, Source, Target, Task
+from miner.store import Store
 from miner.testing import REPORT_FLAGS, parse_junit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -356,6 +358,63 @@ def test_difficulty_grows_with_depth_and_fewer_failures() -> None:
     assert difficulty(None, 3, "unknown-family")[0] in ("easy", "medium", "hard")
 
 
+def write_project(root: Path, files: dict[str, str]) -> Project:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip("\n"))
+    return Project(source=Source(raw=str(root), kind="local", location=str(root)), repo=str(root), commit="c",
+                   path=root)
+
+
+def test_fixtures_hooks_and_folder_listings(tmp_path: Path) -> None:
+    """What pytest runs around a test counts: requested fixtures, hooks; a globbed folder counts whole."""
+    project = write_project(tmp_path, {
+        "tests/data/a.json": "{}",
+        "tests/data/b.json": "{}",
+        "tests/cases.txt": "1\n",
+        "tests/token.txt": "t\n",
+        "tests/conftest.py": """
+            import pytest
+
+            def pytest_generate_tests(metafunc):
+                open("tests/cases.txt")
+
+            @pytest.fixture
+            def token():
+                return open("tests/token.txt").read()
+            """,
+        "tests/test_a.py": """
+            from pathlib import Path
+
+            DATA = Path(__file__).parent / "data"
+
+            def test_all():
+                for path in DATA.glob("*.json"):
+                    path.read_text()
+
+            def test_one():
+                (DATA / "a.json").read_text()
+
+            def test_token(token):
+                assert token
+
+            def test_dynamic(request):
+                request.getfixturevalue("token")
+            """,
+    })
+    ids = [f"tests/test_a.py::{name}" for name in ("test_all", "test_one", "test_token", "test_dynamic")]
+    healthy = HealthyState(repo="r", commit="c", backend="local", test_command="pytest",
+                           outcomes={i: "passed" for i in ids})
+    graph = build_graph(project, healthy)
+
+    def files(test: str) -> set[str]:
+        return {n for n in graph.successors(f"test:tests/test_a.py::{test}") if n.startswith(("config:", "data:"))}
+
+    assert files("test_all") == {"config:tests/data/a.json", "config:tests/data/b.json", "data:tests/cases.txt"}
+    assert files("test_one") == {"config:tests/data/a.json", "data:tests/cases.txt"}
+    assert files("test_token") == files("test_dynamic") == {"data:tests/token.txt", "data:tests/cases.txt"}
+
+
 # ---------------------------------------------------------------------------------------------
 # The graph of a small real project
 # ---------------------------------------------------------------------------------------------
@@ -443,7 +502,7 @@ def test_renderings(stock_graph: nx.DiGraph, tmp_path: Path) -> None:
     assert {"source": "distribution:python-dateutil", "target": "distribution:six", "rel": "requires"} in data["edges"]
     dot = to_dot(stock_graph, highlight)
     assert "rankdir=LR" in dot and 'cluster' in dot
-    assert '"distribution:six" [label="six\\n' in dot and "#cb181d" in dot
+    assert '"distribution:six" [label="six\\n' in dot and "#cb181d" in dot and "#fb6a4a" in dot
     svg = write_graph(stock_graph, "svg", tmp_path / "g.svg", highlight)
     text = svg.read_text()
     assert text.lstrip().startswith("<?xml") and "<svg" in text and "six" in text
@@ -551,3 +610,43 @@ def test_fixture_graph_renders_readably(inventory_app: Built, tmp_path: Path) ->
         assert label in text
     # look-alike tests are merged into one node, so the picture stays small
     assert text.count("<g id=\"node") < graph.number_of_nodes()
+
+
+# ---------------------------------------------------------------------------------------------
+# `miner graph`
+# ---------------------------------------------------------------------------------------------
+
+def test_graph_command_draws_a_stored_task(stockapp: Built, tmp_path: Path) -> None:
+    """A task id: the project comes from the source cache and the healthy state from the store."""
+    from miner.sources import fetch
+
+    store = Store(tmp_path / "store", create=True)
+    project = fetch(stockapp.project.source, store.root / "cache" / "sources")
+    store.record_project(project.key, project.repo, project.commit, project.source.raw, "", "mined",
+                         healthy=stockapp.healthy)
+    target = Target(kind="distribution", name="six")
+    task = Task(id="5ix0000000000000", repo=project.repo, commit=project.commit, source=project.source,
+                type_id="deps/uninstall", family="deps", target=target, summary="six removed",
+                break_script="pip uninstall -y six", fix_script="pip install six",
+                f2p=["tests/test_dates.py::test_add_months"], p2p=["tests/test_rows.py::test_plain"])
+    store.add_task(task, {}, project_key=project.key)
+    report = graph_command(store, "5ix0", fmt="json", out=tmp_path / "task.json")
+    assert report.task == task.id
+    assert report.chosen == [(target, {"tests/test_dates.py::test_add_months"}, 4)]
+    assert json.loads(report.path.read_text())["highlight"] == ["distribution:six"]
+
+
+def test_miner_graph_on_a_fixture_source(tmp_path: Path) -> None:
+    """`miner graph FOLDER`: fetched, built and measured in the local sandbox, then drawn."""
+    from click.testing import CliRunner
+
+    from miner.cli import main
+
+    out = tmp_path / "weather.svg"
+    result = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "graph", str(FIXTURES / "weather-report"),
+                                       "--format", "svg", "-o", str(out), "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out}" in result.output.replace("\n", "")
+    text = html.unescape(out.read_text())
+    assert "<svg" in text and "weather.toml" in text and "#cb181d" in text
+    assert "inversion points" in result.output
