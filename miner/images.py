@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 import docker
 import docker.errors
+import docker.utils
 from docker.models.images import Image
 
 from miner.sandbox.base import BackendUnavailable, BuildError, SandboxError
@@ -127,8 +128,9 @@ def resolve_base_image(client: docker.DockerClient, explicit: str | None = None)
     name, chosen = configured_base_image(explicit)
     if find_image(client, name):
         return name
+    repo, tag = docker.utils.parse_repository_tag(name)
     try:
-        client.images.pull(name)
+        client.images.pull(repo, tag=tag or "latest")  # never every tag of a repository
         return name
     except docker.errors.DockerException as exc:
         reason = str(exc).splitlines()[0][:200]
@@ -206,7 +208,10 @@ def bootstrap_base(
             'CMD ["bash"]',
         ]
         with archive.open("rb") as fh:
-            client.api.import_image_from_stream(fh, repository=repo, tag=version or "latest", changes=changes)
+            # a generator makes requests send real chunks (a plain file object with the SDK's
+            # chunked header is rejected by the engine: "invalid byte in chunk length")
+            chunks = iter(lambda: fh.read(1 << 20), b"")
+            client.api.import_image_from_stream(chunks, repository=repo, tag=version or "latest", changes=changes)
     image = client.images.get(tag)
     return image.id
 
