@@ -66,6 +66,7 @@ SANDBOX_PATH = f"{VENV_DIR}/bin:/usr/local/bin:/usr/bin:/bin"
 # Where per-command pids cgroups can be made: cgroup v1's pids hierarchy, or the v2 root.
 PIDS_HIERARCHIES = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 PIDS_PREFIX = "miner-"
+PIDS_STALE_AFTER = 300.0  # seconds after which an empty cgroup is taken as left behind
 # How bwrap reports a host mount that vanished while it set up the sandbox (see _mount_race).
 MOUNT_RACE_PREFIX = "bwrap: Can't bind mount"
 MOUNT_RACE_RETRIES = 3
@@ -163,9 +164,15 @@ class PidsLimit:
 
     @staticmethod
     def sweep(hierarchy: Path) -> None:
-        """Remove empty cgroups that earlier, interrupted runs left behind."""
+        """Remove empty cgroups that earlier, interrupted runs left behind.
+
+        Only old ones: a cgroup another thread or process has just made is empty too until
+        its command enters it, and removing it would make that command fail.
+        """
         for stale in hierarchy.glob(f"{PIDS_PREFIX}*"):
             try:
+                if time.time() - stale.stat().st_mtime < PIDS_STALE_AFTER:
+                    continue
                 if not (stale / "cgroup.procs").read_text().strip():
                     stale.rmdir()
             except OSError:
