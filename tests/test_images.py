@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -90,7 +89,7 @@ def test_no_engine_message(monkeypatch):
 # --- with an engine -----------------------------------------------------------------------------
 
 try:
-    CLIENT = images.docker_client(timeout=10)
+    CLIENT = images.docker_client()
     NO_ENGINE = None
 except BackendUnavailable as exc:
     CLIENT, NO_ENGINE = None, str(exc)

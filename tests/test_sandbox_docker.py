@@ -480,3 +480,19 @@ def test_bad_dockerfile_is_a_build_error_with_the_log_tail(backend, tmp_path):
     after = {i.id for i in backend.client.images.list(all=True)}
     new = [backend.client.images.get(i) for i in after - before]
     assert [i.id for i in new if not i.tags] == [], "the failed build left step images behind"
+
+
+def test_git_history_never_enters_the_image(backend, tmp_path):
+    from conftest import copy_fixture, make_git_repo
+
+    folder = copy_fixture("docker-cli", tmp_path / "docker-cli")
+    repo = make_git_repo(folder)
+    project = Project(source=Source(raw=str(folder), kind="git", location=str(folder)), repo=str(folder),
+                      commit=repo.head.commit.hexsha, path=folder)
+    healthy = backend.build(project, build_spec(project, backend="docker"), tmp_path / "work")
+    try:
+        with backend.fork(healthy) as box:
+            assert box.read("/sandbox/project/report.py") is not None
+            assert box.run("find / -xdev -name .git -print 2>/dev/null | head -1").output.strip() == ""
+    finally:
+        backend.discard(healthy)

@@ -35,6 +35,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -62,7 +63,7 @@ from miner.sandbox.local import render_env_file
 
 log = logging.getLogger(__name__)
 
-RECIPE_VERSION = "3"  # bump when the generated Dockerfiles change, to stop reusing old images
+RECIPE_VERSION = "4"  # bump when the generated Dockerfiles change, to stop reusing old images
 HOME_DIR = f"{SANDBOX_ROOT}/home"
 SANDBOX_PATH = f"{VENV_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MINER_ENV = {
@@ -253,16 +254,16 @@ class DockerBackend(Backend):
     ) -> Any:
         memory = spec.limits.memory_mb
         config: dict[str, Any] = {}
+        copy_project(Path(project.path), ctx / "project")
         if dockerized:
             args = {"BASE_IMAGE": base} if base else None
             project_image = images.build_image(
-                self.client, context=Path(project.path), tag=f"miner/project-{project.key}:{tag.rsplit(':', 1)[1]}",
+                self.client, context=ctx / "project", tag=f"miner/project-{project.key}:{tag.rsplit(':', 1)[1]}",
                 image_labels=images.labels("project", project=project.key), buildargs=args, memory_mb=memory,
                 what=f"the Dockerfile of {project.repo}",
             )
             config = _image_config(project_image)
             base = project_image.id
-        shutil_copy_project(Path(project.path), ctx / "project")
         (ctx / "env.sh").write_text(render_env_file(spec.env))
         (ctx / "install.sh").write_text(spec.install_script or "true\n")
         template = DOCKERIZED if dockerized else GENERATED
@@ -345,10 +346,8 @@ class DockerBackend(Backend):
         return images.build_broken_image(self.client, healthy.ref, break_script)
 
 
-def shutil_copy_project(src: Path, dest: Path) -> None:
+def copy_project(src: Path, dest: Path) -> None:
     """Copy the project's files into a build context (without .git: the history holds answers)."""
-    import shutil
-
     shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
 
 
