@@ -1281,7 +1281,9 @@ def _merge_tests(view: nx.DiGraph, highlight: set[str]) -> nx.DiGraph:
         if len(members) < 2:
             continue
         names = sorted(view.nodes[m]["label"].split("::")[-1] for m in members)
-        shown = names[:MAX_TEST_NAMES] + ([f"+{len(names) - MAX_TEST_NAMES} more"] if len(names) > MAX_TEST_NAMES else [])
+        shown = names[:MAX_TEST_NAMES]
+        if len(names) > MAX_TEST_NAMES:
+            shown.append(f"+{len(names) - MAX_TEST_NAMES} more")
         merged = f"tests:{path}:{min(members)}"
         view.add_node(merged, kind="test", label="\n".join(shown), path=path, tests=len(members),
                       test_id=None)
@@ -1321,38 +1323,55 @@ def _cluster_of(attrs: dict) -> tuple[str, str]:
     return KIND_STYLE.get(key, ("", "system"))[1], ""
 
 
+LEGEND = "arrows: depends on   red: chosen inversion points (light red: paths from tests to them)"
+
+
 def to_dot(graph: nx.DiGraph, highlight: Iterable[str | Target] = ()) -> str:
     """Graphviz text: left to right from tests to distributions, one cluster and colour per kind,
     chosen inversion points in red and the edges leading to them in light red."""
     marked = highlight_nodes(graph, highlight)
     view = readable_view(graph, marked)
-    hot = set(marked)
-    for node in marked:
-        hot |= nx.ancestors(view, node) if node in view else set()
     title = f"{graph.graph.get('repo', '')} @ {str(graph.graph.get('commit', ''))[:12]}"
     lines = ["digraph dependencies {",
-             f"  graph [rankdir=LR, ranksep=0.9, nodesep=0.18, fontname=Helvetica, fontsize=16,"
-             f" labelloc=t, label={_quote(title + chr(10) + 'arrows: depends on   red: chosen inversion points (light red: paths from tests to them)')}];",
+             "  graph [rankdir=LR, ranksep=0.9, nodesep=0.18, fontname=Helvetica, fontsize=16, labelloc=t,"
+             f" label={_quote(title + chr(10) + LEGEND)}];",
              '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10, penwidth=0.8];',
-             "  edge [color=\"#8c8c8c\", arrowsize=0.6, penwidth=0.7];"]
+             '  edge [color="#8c8c8c", arrowsize=0.6, penwidth=0.7];']
+    lines += _dot_clusters(view, marked)
+    lines += _dot_edges(view, marked)
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def _dot_clusters(view: nx.DiGraph, marked: set[str]) -> list[str]:
+    """Nodes grouped in one cluster per kind, sub-clusters per file."""
     clusters: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for node, attrs in sorted(view.nodes(data=True)):
-        fill = KIND_STYLE.get(_style_key(attrs), ("#ffffff", ""))[0]
-        style = f"fillcolor={_quote(fill)}"
+        style = f"fillcolor={_quote(KIND_STYLE.get(_style_key(attrs), ('#ffffff', ''))[0])}"
         if node in marked:
             style = 'fillcolor="#fcbba1", color="#cb181d", penwidth=2.5, fontcolor="#a50f15"'
         big, sub = _cluster_of(attrs)
         clusters[big][sub].append(f"    {_quote(node)} [label={_quote(_dot_label(node, attrs))}, {style}];")
-    for index, big in enumerate(sorted(clusters, key=lambda c: CLUSTER_ORDER.index(c) if c in CLUSTER_ORDER else 99)):
-        lines += [f"  subgraph cluster_{index} {{", f"    label={_quote(big)}; style=dashed; color=\"#bdbdbd\";"]
+    lines = []
+    order = sorted(clusters, key=lambda c: CLUSTER_ORDER.index(c) if c in CLUSTER_ORDER else len(CLUSTER_ORDER))
+    for index, big in enumerate(order):
+        lines += [f"  subgraph cluster_{index} {{", f'    label={_quote(big)}; style=dashed; color="#bdbdbd";']
         for sub_index, (sub, members) in enumerate(sorted(clusters[big].items())):
-            if sub:
-                lines += [f"    subgraph cluster_{index}_{sub_index} {{",
-                          f"      label={_quote(sub)}; style=\"rounded\"; color=\"#d9d9d9\"; fontsize=10;"]
-                lines += ["  " + m for m in members] + ["    }"]
-            else:
+            if not sub:
                 lines += members
+                continue
+            lines += [f"    subgraph cluster_{index}_{sub_index} {{",
+                      f'      label={_quote(sub)}; style="rounded"; color="#d9d9d9"; fontsize=10;']
+            lines += ["  " + m for m in members] + ["    }"]
         lines.append("  }")
+    return lines
+
+
+def _dot_edges(view: nx.DiGraph, marked: set[str]) -> list[str]:
+    """Edges; those on a path from a test to a chosen point in light red."""
+    hot = set(marked)
+    for node in marked & set(view):
+        hot |= nx.ancestors(view, node)
+    lines = []
     for source, target, attrs in sorted(view.edges(data=True)):
         extra = ' [color="#fb6a4a", penwidth=1.4]' if source in hot and target in hot else ""
         if attrs.get("rel") in HIDDEN_UNLESS_RED and not extra:
@@ -1360,8 +1379,7 @@ def to_dot(graph: nx.DiGraph, highlight: Iterable[str | Target] = ()) -> str:
         if attrs.get("rel") == "in-file" and not extra:
             extra = " [style=dashed]"
         lines.append(f"  {_quote(source)} -> {_quote(target)}{extra};")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write_graph(graph: nx.DiGraph, fmt: str, out_path: Path, highlight: Iterable[str | Target] = ()) -> Path:
