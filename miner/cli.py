@@ -316,8 +316,11 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
 
     console = Console()
 
+    def say(text: str) -> None:  # plain text: "[step 1]", test ids with [params], script output
+        console.print(text, markup=False, highlight=False)
+
     store = open_store(ctx)
-    result = run_replay(store, task_id, say=console.print, keep=keep, shell=shell, backend_name=backend)
+    result = run_replay(store, task_id, say=say, keep=keep, shell=shell, backend_name=backend)
     if not result.ok:
         raise click.ClickException("the replay differs from the stored task (see above)")
     console.print("[green]replay reproduces the stored task[/green]")
