@@ -155,33 +155,48 @@ class Checker:
             raise CheckError(f"environment/ does not build: {exc.explanation or exc}") from None
         return image.id
 
-    def scenario(self, image: str, task_dir: Path, config: dict, with_solution: bool) -> Scenario:
-        """A fresh container: optionally solve.sh (as the oracle agent), then tests/test.sh."""
+    def start(self, image: str, task_dir: Path):  # noqa: ANN201 - a docker Container
+        """A fresh container of the task's image, kept alive and confined as Harbor runs it."""
         from miner.images import labels
 
-        result = Scenario()
-        start = time.monotonic()
         container = self.client.containers.run(image, ["sh", "-c", "sleep infinity"], detach=True,
                                                labels=labels("fork", purpose="check"), **container_options(task_dir))
+        container.exec_run(["mkdir", "-p", "/logs/verifier", "/logs/agent"])
+        return container
+
+    def solve(self, container, task_dir: Path, config: dict) -> str:  # noqa: ANN001
+        """Run solution/solve.sh as the oracle agent does; returns a note when it failed."""
+        container.put_archive("/", tar_folder(task_dir / "solution", "solution"))
+        agent = float(config.get("agent", {}).get("timeout_sec") or 900)
+        code, out = container.exec_run(["timeout", "-k", "10", str(int(agent)), "bash", "/solution/solve.sh"])
+        return "" if code == 0 else f"solve.sh exited {code}: {out.decode(errors='replace')[-400:]}\n"
+
+    def verify(self, container, task_dir: Path, config: dict) -> Scenario:  # noqa: ANN001
+        """Upload tests/ and run tests/test.sh as Harbor's verifier does; read the reward and verdict."""
+        result = Scenario()
+        start = time.monotonic()
+        container.put_archive("/", tar_folder(task_dir / "tests", "tests"))
+        limit = float(config.get("verifier", {}).get("timeout_sec") or 600)
+        _, out = container.exec_run(["timeout", "-k", "10", str(int(limit)), "bash", "/tests/test.sh"])
+        result.output = out.decode(errors="replace")
+        raw = read_file(container, REWARD)
+        result.reward = float(raw.decode().strip()) if raw and raw.strip() else None
+        verdict = read_file(container, VERDICT)
+        if verdict:
+            data = json.loads(verdict)
+            result.problems = list(data.get("problems", []))
+            result.failing = {k: v for k, v in data.get("outcomes", {}).items() if v != "passed"}
+        result.seconds = round(time.monotonic() - start, 2)
+        return result
+
+    def scenario(self, image: str, task_dir: Path, config: dict, with_solution: bool) -> Scenario:
+        """A fresh container: optionally solve.sh (as the oracle agent), then tests/test.sh."""
+        start = time.monotonic()
+        container = self.start(image, task_dir)
         try:
-            container.exec_run(["mkdir", "-p", "/logs/verifier", "/logs/agent"])
-            if with_solution:
-                container.put_archive("/", tar_folder(task_dir / "solution", "solution"))
-                agent = float(config.get("agent", {}).get("timeout_sec") or 900)
-                code, out = container.exec_run(["timeout", "-k", "10", str(int(agent)), "bash", "/solution/solve.sh"])
-                if code != 0:
-                    result.output += f"solve.sh exited {code}: {out.decode(errors='replace')[-400:]}\n"
-            container.put_archive("/", tar_folder(task_dir / "tests", "tests"))
-            limit = float(config.get("verifier", {}).get("timeout_sec") or 600)
-            _, out = container.exec_run(["timeout", "-k", "10", str(int(limit)), "bash", "/tests/test.sh"])
-            result.output += out.decode(errors="replace")
-            raw = read_file(container, REWARD)
-            result.reward = float(raw.decode().strip()) if raw and raw.strip() else None
-            verdict = read_file(container, VERDICT)
-            if verdict:
-                data = json.loads(verdict)
-                result.problems = list(data.get("problems", []))
-                result.failing = {k: v for k, v in data.get("outcomes", {}).items() if v != "passed"}
+            note = self.solve(container, task_dir, config) if with_solution else ""
+            result = self.verify(container, task_dir, config)
+            result.output = note + result.output
         finally:
             container.remove(force=True)
         result.seconds = round(time.monotonic() - start, 2)

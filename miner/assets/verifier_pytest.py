@@ -24,10 +24,24 @@ CHECK_EVERY = 0.5  # seconds between checks of pytest's functions while tests ru
 
 
 def _file_of(obj):
-    """The source file that defines a plugin (module or object), or None."""
-    module = obj if inspect.ismodule(obj) else sys.modules.get(getattr(type(obj), "__module__", ""), None)
+    """The source file that defines a plugin (a module, a class or function, or an instance), or None."""
+    if inspect.ismodule(obj):
+        module = obj
+    elif inspect.isclass(obj) or inspect.isfunction(obj):
+        module = sys.modules.get(getattr(obj, "__module__", ""), None)
+    else:
+        module = sys.modules.get(getattr(type(obj), "__module__", ""), None)
     path = getattr(module, "__file__", None)
     return os.path.realpath(path) if path else None
+
+
+def _function(member):
+    """The plain function behind a class member (method, classmethod, staticmethod, property)."""
+    if isinstance(member, (classmethod, staticmethod)):
+        member = member.__func__
+    elif isinstance(member, property):
+        member = member.fget
+    return member if inspect.isfunction(member) else None
 
 
 class Guard:
@@ -80,16 +94,16 @@ class Guard:
                     found[f"{name}.{attr}"] = (value, value.__code__)
                 elif inspect.isclass(value) and getattr(value, "__module__", "") == name:
                     for key, member in list(vars(value).items()):
-                        if inspect.isfunction(member):
-                            found[f"{name}.{attr}.{key}"] = (member, member.__code__)
+                        func = _function(member)
+                        if func is not None:
+                            found[f"{name}.{attr}.{key}"] = (func, func.__code__)
         return found
 
-    def check_snapshot(self, strict):
-        """Compare pytest's functions with the snapshot.
+    def check_snapshot(self):
+        """Compare pytest's functions with the snapshot taken before any plugin or test code ran.
 
-        During the session pytest itself swaps a few (its legacypath plugin does, and undoes it at
-        the end), so there a replacement is accepted when its code lives in the healthy runner's
-        files; after the session every function must be the very original again.
+        A function may be replaced only by code from the healthy runner's own files: pytest does
+        that itself (its legacypath plugin), and so do some healthy plugins (hypothesis).
         """
         self.last_check = time.monotonic()
         now = self._functions()
@@ -97,10 +111,13 @@ class Guard:
             current = now.get(key)
             if current is not None and current[0] is func and func.__code__ is code:
                 continue
-            if not strict and current is not None and os.path.realpath(current[1].co_filename) in self.runner \
-                    and func.__code__ is code:
-                continue
-            self.violate(f"pytest internals were patched during the run: {key}")
+            if func.__code__ is not code:
+                self.violate(f"pytest internals were re-coded during the run: {key}")
+            elif current is None:
+                self.violate(f"pytest internals were removed during the run: {key}")
+            elif os.path.realpath(current[1].co_filename) not in self.runner:
+                self.violate(f"pytest internals were patched during the run: {key} "
+                             f"(by {current[1].co_filename})")
 
     def check_plugins(self, config):
         for name, plugin in config.pluginmanager.list_name_plugin():
@@ -128,11 +145,11 @@ class Guard:
         if previous is None or rank[outcome] > rank[previous]:
             self.outcomes[report.nodeid] = outcome
         if time.monotonic() - self.last_check > CHECK_EVERY:
-            self.check_snapshot(strict=False)
+            self.check_snapshot()
 
     def pytest_sessionfinish(self, session):
         self.check_plugins(session.config)
-        self.check_snapshot(strict=False)
+        self.check_snapshot()
         self.write()
 
     def write(self):
@@ -152,7 +169,7 @@ def main():
     import pytest
 
     code = pytest.main(args, plugins=[guard])
-    guard.check_snapshot(strict=True)
+    guard.check_snapshot()
     guard.write()
     sys.exit(int(code))
 

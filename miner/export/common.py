@@ -69,6 +69,7 @@ class ExportOptions:
     memory_mb: int = 4096
     storage_mb: int = 10240
     build_timeout_sec: float = 1200.0
+    cache_dir: Path | None = None  # fetched sources and healthy manifests (default: the store's cache/)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]*", self.org) or ".." in self.org:
@@ -538,8 +539,9 @@ def place_tree(dest: Path, files: dict[str, bytes | str], overwrite: bool) -> st
 class SourceLoader:
     """Fetches each task's project once (at the mined commit) and builds its BuildSpec."""
 
-    def __init__(self, store) -> None:  # noqa: ANN001 - miner.store.Store
+    def __init__(self, store, cache: Path) -> None:  # noqa: ANN001 - miner.store.Store
         self.store = store
+        self.cache = cache
         self.projects: dict[tuple[str, str], tuple[Project, BuildSpec, HealthyState | None]] = {}
 
     def load(self, task: Task) -> TaskSource:
@@ -557,7 +559,7 @@ class SourceLoader:
         if source.kind == "git":
             source = source.model_copy(update={"ref": task.commit})
         try:
-            project = fetch(source, self.store.cache_root / "sources")
+            project = fetch(source, self.cache / "sources")
         except FetchError as exc:
             raise ExportError(f"cannot fetch {task.repo}: {exc}") from None
         if project.commit != task.commit:
@@ -628,9 +630,10 @@ def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportO
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     summary = ExportSummary(format=fmt, out=out)
-    loader = SourceLoader(store)
+    cache = Path(options.cache_dir) if options.cache_dir else store.cache_root
+    loader = SourceLoader(store, cache)
     pip = PipForwarding.from_host()
-    manifests = ManifestCache(store.cache_root / "export-manifests", client)
+    manifests = ManifestCache(cache / "export-manifests", client)
     records: list[dict] = []
     for task in tasks:
         began = time.monotonic()

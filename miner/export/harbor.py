@@ -28,6 +28,7 @@ from miner.export.common import (
     environment_files,
     healthy_stage,
     project_tarball,
+    pytest_args,
     solve_script,
     test_script,
     verifier_files,
@@ -94,6 +95,7 @@ def instruction(ts: TaskSource) -> str:
 
 def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding, manifests: ManifestCache) -> dict[str, bytes]:
     """Every file of the task folder, by folder-relative path."""
+    pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
     files: dict[str, bytes] = {

@@ -28,6 +28,7 @@ from miner.export.common import (
     environment_files,
     healthy_stage,
     project_tarball,
+    pytest_args,
     solve_script,
     test_script,
     verifier_files,
@@ -100,6 +101,7 @@ def run_tests(ts: TaskSource, manifest: dict) -> str:
 
 def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding, manifests: ManifestCache) -> dict[str, bytes]:
     """Every file of the TB1 task folder, by folder-relative path."""
+    pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
     pre = TOOLS_STAGE.format(base=options.base_image)
