@@ -545,6 +545,9 @@ class SourceLoader:
         self.projects: dict[tuple[str, str], tuple[Project, BuildSpec, HealthyState | None]] = {}
 
     def load(self, task: Task) -> TaskSource:
+        if any(p.kind in ("command", "http") for p in task.probes if p.id in set(task.f2p + task.p2p)):
+            raise ExportError("the task checks a Dockerized project's CMD or service, which the exported "
+                              "verifier cannot run yet")
         key = (task.repo, task.commit)
         if key not in self.projects:
             self.projects[key] = self._fetch(task)
@@ -564,6 +567,9 @@ class SourceLoader:
             raise ExportError(f"cannot fetch {task.repo}: {exc}") from None
         if project.commit != task.commit:
             raise ExportError(f"{task.repo} is now at {project.commit[:12]}, the task was mined at {task.commit[:12]}")
+        if task.backend == "docker" and (project.path / "Dockerfile").is_file():
+            raise ExportError(f"{task.repo} was mined from its own Dockerfile; exporting Dockerized projects "
+                              "is not supported yet")
         healthy = self.store.healthy(content_id(task.repo, task.commit, task.source.overrides))
         try:
             spec = build_spec(project, backend="docker")

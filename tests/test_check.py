@@ -1,0 +1,107 @@
+"""`miner check` on real exported tasks: nop scores 0, the oracle 1, and a broken task is named."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from miner.check import CheckError, check_tasks, read_config, task_dirs
+from miner.cli import main
+from miner.export import ExportOptions, export_tasks
+from miner.store import Store
+from test_export import DOCKER_SKIP, one_per_family
+
+needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker: {DOCKER_SKIP}")
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def exported(mined_store: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Harbor folders of one mined task per family, by family."""
+    if DOCKER_SKIP:
+        pytest.skip(f"no Docker: {DOCKER_SKIP}")
+    out = tmp_path_factory.mktemp("checked")
+    with Store(mined_store, create=False) as store:
+        chosen = one_per_family(store.list_tasks())
+        summary = export_tasks(store, list(chosen.values()), "harbor", out,
+                               ExportOptions(cache_dir=tmp_path_factory.mktemp("check-cache")))
+    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
+    names = {o.task_id: o.name for o in summary.outcomes}
+    return {family: out / names[task.id] for family, task in chosen.items()}
+
+
+@needs_docker
+def test_every_family_checks_out(exported: dict[str, Path]) -> None:
+    """The nop run scores 0 and the oracle run 1 for one task of each family, in fresh containers."""
+    results = check_tasks(list(exported.values()))
+    assert len(results) == len(exported)
+    for result in results:
+        assert result.ok, f"{result.name}: {result.reason}\n{result.oracle.output[-2000:] if result.oracle else ''}"
+        assert result.nop.reward == 0 and result.oracle.reward == 1
+        # the untouched environment fails an expected check, or holds what the verifier refuses
+        # outright (a deps/bad-pth break adds a .pth file: the healthy manifest has none such)
+        assert result.nop.failing or result.nop.problems
+
+
+def copy_task(folder: Path, dest: Path) -> Path:
+    shutil.copytree(folder, dest)
+    return dest
+
+
+@needs_docker
+def test_a_break_that_breaks_nothing_is_named(exported: dict[str, Path], tmp_path: Path) -> None:
+    task = copy_task(next(iter(exported.values())), tmp_path / "noop-break")
+    (task / "environment" / "break.sh").write_text("#!/bin/bash\ntrue\n")
+    (result,) = check_tasks([task])
+    assert not result.ok and result.nop.reward == 1
+    assert "without the fix the verifier scored 1" in result.reason
+
+
+@needs_docker
+def test_a_solution_that_fixes_nothing_is_named(exported: dict[str, Path], tmp_path: Path) -> None:
+    task = copy_task(next(iter(exported.values())), tmp_path / "noop-fix")
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    (result,) = check_tasks([task])
+    assert not result.ok and result.oracle.reward == 0
+    assert "after solution/solve.sh the verifier scored 0" in result.reason
+    assert result.oracle.failing, "the reason names the checks that still fail"
+
+
+@needs_docker
+def test_an_environment_that_does_not_build_is_named(exported: dict[str, Path], tmp_path: Path) -> None:
+    task = copy_task(next(iter(exported.values())), tmp_path / "no-build")
+    (task / "environment" / "build" / "install.sh").write_text("echo no such package >&2; exit 3\n")
+    (result,) = check_tasks([task])
+    assert not result.ok and "does not build" in result.reason
+
+
+def test_a_folder_that_is_not_a_task_is_named(tmp_path: Path) -> None:
+    (tmp_path / "task.toml").write_text('[task]\nname = "a/b"\n')
+    with pytest.raises(CheckError, match="missing instruction.md"):
+        read_config(tmp_path)
+    assert task_dirs([tmp_path]) == [tmp_path]
+
+
+def test_task_dirs_expands_a_folder_of_tasks(tmp_path: Path) -> None:
+    for name in ("b", "a"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "task.toml").write_text("")
+    (tmp_path / "notes").mkdir()
+    assert task_dirs([tmp_path]) == [tmp_path / "a", tmp_path / "b"]
+
+
+@needs_docker
+def test_cli_check_prints_a_table_and_fails_naming_why(exported: dict[str, Path], tmp_path: Path) -> None:
+    good = next(iter(exported.values()))
+    bad = copy_task(good, tmp_path / "bad")
+    (bad / "environment" / "break.sh").write_text("#!/bin/bash\ntrue\n")
+    runner = CliRunner()
+    ok = runner.invoke(main, ["check", str(good)], env={"COLUMNS": "250"})
+    assert ok.exit_code == 0, ok.output
+    assert "1/1 task(s) pass" in ok.output
+    failed = runner.invoke(main, ["check", str(good), str(bad)], env={"COLUMNS": "250"})
+    assert failed.exit_code != 0
+    assert "1/2 task(s) pass" in failed.output and "the break does not fail any check" in failed.output
