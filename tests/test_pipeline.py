@@ -15,6 +15,7 @@ import json
 import re
 import shlex
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -71,9 +72,8 @@ TASK_ROW_KEYS = {"id", "type", "family", "repo", "commit", "target", "difficulty
 def pytest_outcomes(box: Sandbox, task: Task) -> dict[str, str]:
     """Outcome of every test the task's command runs, as pytest itself reports it (node ids)."""
     out = f"{VERIFY_DIR}/outcomes.json"
-    box.run(f"rm -f {out}", timeout=60)
     # Appended to PYTHONPATH so a PYTHONPATH the break set keeps its precedence.
-    command = (f'export PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{VERIFY_DIR}" MINER_VERIFY_OUT={out}; '
+    command = (f'rm -f {out}; export PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{VERIFY_DIR}" MINER_VERIFY_OUT={out}; '
                f"{task.test_command} -p {PLUGIN_NAME} -p no:cacheprovider -q --continue-on-collection-errors")
     result = box.run(command, timeout=600)
     data = box.read(out)
@@ -199,15 +199,18 @@ def test_every_stored_task_meets_the_acceptance_rules(mined_store: Path) -> None
     store = Store(mined_store, create=False)
     tasks = store.list_tasks()
     assert tasks
-    backend, problems, envs = LocalBackend(), {}, {}
+    backend, envs = LocalBackend(), {}
     for name in GOOD_FIXTURES:
         project = local_project(name, store)
         envs[project.repo] = backend.build(project, build_spec(project), store.work_root / project.key)  # reused
-        for task in (t for t in tasks if t.repo == project.repo):
-            assert (task.repo, task.commit) == (project.repo, project.commit)
-            found = check_folder(store, task) + check_in_sandbox(backend, envs[project.repo], store, task)
-            if found:
-                problems[f"{task.id} {task.type_id} on {task.target.key}"] = found
+        assert all(t.commit == project.commit for t in tasks if t.repo == project.repo)
+
+    def check(task: Task) -> list[str]:
+        return check_folder(store, task) + check_in_sandbox(backend, envs[task.repo], store, task)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each check mostly waits for its sandbox
+        found = list(zip(tasks, pool.map(check, tasks)))
+    problems = {f"{t.id} {t.type_id} on {t.target.key}": p for t, p in found if p}
     assert not problems, json.dumps(problems, indent=1)
 
     # The same checks catch a task whose record lies: a P2P test moved to F2P, a protected hash changed.
