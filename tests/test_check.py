@@ -10,9 +10,7 @@ from click.testing import CliRunner
 
 from miner.check import CheckError, check_tasks, read_config, task_dirs
 from miner.cli import main
-from miner.export import ExportOptions, export_tasks
-from miner.store import Store
-from test_export import DOCKER_SKIP, one_per_family
+from test_export import DOCKER_SKIP, exported_folders
 
 needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker: {DOCKER_SKIP}")
 pytestmark = pytest.mark.docker
@@ -20,17 +18,10 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def exported(mined_store: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Harbor folders of one mined task per family, by family."""
+    """Harbor folders of one mined task per family, by family (the session's shared export)."""
     if DOCKER_SKIP:
         pytest.skip(f"no Docker: {DOCKER_SKIP}")
-    out = tmp_path_factory.mktemp("checked")
-    with Store(mined_store, create=False) as store:
-        chosen = one_per_family(store.list_tasks())
-        summary = export_tasks(store, list(chosen.values()), "harbor", out,
-                               ExportOptions(cache_dir=tmp_path_factory.mktemp("check-cache")))
-    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
-    names = {o.task_id: o.name for o in summary.outcomes}
-    return {family: out / names[task.id] for family, task in chosen.items()}
+    return exported_folders(mined_store, tmp_path_factory)
 
 
 @needs_docker
@@ -98,10 +89,7 @@ def test_cli_check_prints_a_table_and_fails_naming_why(exported: dict[str, Path]
     good = next(iter(exported.values()))
     bad = copy_task(good, tmp_path / "bad")
     (bad / "environment" / "break.sh").write_text("#!/bin/bash\ntrue\n")
-    runner = CliRunner()
-    ok = runner.invoke(main, ["check", str(good)], env={"COLUMNS": "250"})
-    assert ok.exit_code == 0, ok.output
-    assert "1/1 task(s) pass" in ok.output
-    failed = runner.invoke(main, ["check", str(good), str(bad)], env={"COLUMNS": "250"})
+    failed = CliRunner().invoke(main, ["check", str(good), str(bad)], env={"COLUMNS": "250"})
     assert failed.exit_code != 0
     assert "1/2 task(s) pass" in failed.output and "the break does not fail any check" in failed.output
+    assert f"ok {read_config(good)['task']['name']}" in failed.output  # the good one, as it finished

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from miner import images
 from miner.check import Checker, read_config, read_file
 from miner.cli import main
-from miner.export import ExportOptions, export_tasks, select_tasks
+from miner.export import ExportOptions, ExportSummary, export_tasks, select_tasks
 from miner.export.common import (
     ExportError,
     constraints,
@@ -233,22 +233,44 @@ def store(mined_store: Path) -> Store:
         yield opened
 
 
-@pytest.fixture(scope="module")
-def export_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Fetched sources and healthy manifests of this module's exports (the session store stays read-only)."""
-    return tmp_path_factory.mktemp("export-cache")
+_SHARED: dict[str, tuple[dict[str, Task], Path, ExportSummary, Path]] = {}
+
+
+def shared_harbor_export(mined_store: Path, factory: pytest.TempPathFactory):
+    """(task by family, output folder, summary, export cache) of one Harbor export of one mined task
+    per family: made once per session and shared, read-only, by the test modules that need it."""
+    key = str(mined_store)
+    if key not in _SHARED:
+        cache, out = factory.mktemp("export-cache"), factory.mktemp("harbor")
+        with Store(mined_store, create=False) as opened:
+            chosen = one_per_family(opened.list_tasks())
+            summary = export_tasks(opened, list(chosen.values()), "harbor", out, ExportOptions(cache_dir=cache))
+        assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
+        _SHARED[key] = (chosen, out, summary, cache)
+    return _SHARED[key]
+
+
+def exported_folders(mined_store: Path, factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The shared export's task folders, by family."""
+    chosen, out, summary, _ = shared_harbor_export(mined_store, factory)
+    names = {o.task_id: o.name for o in summary.outcomes}
+    return {family: out / names[task.id] for family, task in chosen.items()}
 
 
 @pytest.fixture(scope="module")
-def harbor_export(store: Store, export_cache: Path, tmp_path_factory: pytest.TempPathFactory):
-    """One Harbor export of one task per family (and the summary)."""
+def harbor_export(mined_store: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The shared Harbor export: (task by family, output folder, summary)."""
     if DOCKER_SKIP:
         pytest.skip(f"no Docker: {DOCKER_SKIP}")
-    chosen = one_per_family(store.list_tasks())
-    out = tmp_path_factory.mktemp("harbor")
-    summary = export_tasks(store, list(chosen.values()), "harbor", out, ExportOptions(cache_dir=export_cache))
-    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
-    return chosen, out, summary
+    return shared_harbor_export(mined_store, tmp_path_factory)[:3]
+
+
+@pytest.fixture(scope="module")
+def export_cache(mined_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Fetched sources and healthy manifests of the exports (the session store stays read-only)."""
+    if DOCKER_SKIP:
+        return tmp_path_factory.mktemp("export-cache")
+    return shared_harbor_export(mined_store, tmp_path_factory)[3]
 
 
 @needs_docker

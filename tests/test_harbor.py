@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from miner.export import ExportOptions, export_tasks
-from miner.store import Store
-from test_export import DOCKER_SKIP, FAMILIES, one_per_family
+from test_export import DOCKER_SKIP, FAMILIES, exported_folders
 
 HARBOR_VENV = Path(os.environ.get("MINER_HARBOR_VENV", Path.home() / ".cache" / "miner" / "harbor-venv"))
 HARBOR = HARBOR_VENV / "bin" / "harbor"
@@ -47,16 +45,14 @@ def harbor(*args: str | Path, timeout: float = RUN_TIMEOUT) -> subprocess.Comple
 
 @pytest.fixture(scope="module")
 def dataset(mined_store: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A folder of Harbor tasks: one exported task per inversion family mined from fixtures/."""
-    out = tmp_path_factory.mktemp("harbor-dataset")
-    with Store(mined_store, create=False) as store:
-        chosen = one_per_family(store.list_tasks())
-        summary = export_tasks(store, list(chosen.values()), "harbor", out,
-                               ExportOptions(cache_dir=tmp_path_factory.mktemp("harbor-cache")))
-    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
-    assert set(FAMILIES) <= set(chosen), f"families mined: {sorted(chosen)}"
-    names = {o.task_id: o.name for o in summary.outcomes}
-    return out, {names[task.id]: family for family, task in chosen.items()}
+    """A folder of Harbor tasks, one exported task per inversion family mined from fixtures/
+    (the session's shared export), and the family of each task folder."""
+    folders = exported_folders(mined_store, tmp_path_factory)
+    assert set(FAMILIES) <= set(folders), f"families mined: {sorted(folders)}"
+    parents = {folder.parent for folder in folders.values()}
+    assert len(parents) == 1 and len(list(parents.pop().iterdir())) == len(folders)
+    out = next(iter(folders.values())).parent
+    return out, {folder.name: family for family, folder in folders.items()}
 
 
 def rewards(jobs: Path) -> dict[str, float]:

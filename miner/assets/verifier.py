@@ -341,8 +341,12 @@ def kill_strays(sleep_sha: str | None = None) -> int:
         pid = _ppid(pid)
     killed = 0
     for _ in range(5):  # processes may fork while we kill: repeat until none is left
-        found = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
-        found = [p for p in found if not _harmless(p, sleep_sha) or keep.add(p)]
+        found = []
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep):
+            if _harmless(pid, sleep_sha):
+                keep.add(pid)
+            else:
+                found.append(pid)
         if not found:
             break
         for victim in found:
@@ -437,8 +441,8 @@ class Verifier:
                 continue
             dst = os.path.join(self.project, rel)
             self._make_real_parents(dst)
-            if os.path.islink(dst) or os.path.isdir(dst):
-                remove(dst)
+            if os.path.lexists(dst):
+                remove(dst)  # unlink, not overwrite: the file itself may have been made read-only
             shutil.copyfile(src, dst)
             os.chmod(dst, info.get("mode", 0o644))
 
@@ -451,6 +455,8 @@ class Verifier:
             if os.path.islink(current) or (os.path.exists(current) and not os.path.isdir(current)):
                 os.unlink(current)
             os.makedirs(current, exist_ok=True)
+            if not os.access(current, os.W_OK | os.X_OK):
+                os.chmod(current, os.stat(current).st_mode | 0o700)
 
     # step 4
     def check_protected(self) -> None:
