@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 

@@ -52,7 +52,8 @@ def content_snapshot(root: Path, skipped: set[Path] = frozenset()) -> dict[str, 
             if path.is_symlink():
                 found[str(path)] = f"link {os.readlink(path)}"
             elif path.is_file():
-                found[str(path)] = f"{stat.S_IMODE(path.lstat().st_mode):o} {hashlib.sha256(path.read_bytes()).hexdigest()}"
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                found[str(path)] = f"{stat.S_IMODE(path.lstat().st_mode):o} {digest}"
             else:
                 found[str(path)] = "special"
     return found
@@ -173,7 +174,8 @@ def test_a_hostile_break_script_fails_harmlessly(sandbox_env: Healthy) -> None:
         assert "rm-exit=0" not in wipe.output and "Read-only file system" in wipe.output
         assert (REPO_ROOT / "fixtures" / "inventory-app").is_dir()
 
-        write = box.run(f"echo x > /etc/passwd; echo passwd-exit=$?; echo x > {canary}; echo canary-exit=$?", timeout=60)
+        write = box.run(f"echo x > /etc/passwd; echo passwd-exit=$?; echo x > {canary}; echo canary-exit=$?",
+                        timeout=60)
         assert "passwd-exit=0" not in write.output and "canary-exit=0" not in write.output
 
         curl = box.run("curl -sS -m 5 -o /dev/null -w '%{http_code}' http://1.1.1.1/", timeout=60)

@@ -42,7 +42,8 @@ def ctx(mined_store: Path) -> Context:
 def inversion(break_script: str, fix_script: str = "true", type_id: str = "data/truncate") -> Inversion:
     family = type_id.split("/")[0]
     return Inversion(type_id=type_id, family=family, target=Target(kind="data", name=DATA, path=DATA),
-                     break_script=f"set -euo pipefail\n{break_script}\n", fix_script=f"set -euo pipefail\n{fix_script}\n",
+                     break_script=f"set -euo pipefail\n{break_script}\n",
+                     fix_script=f"set -euo pipefail\n{fix_script}\n",
                      summary="written by hand for a validator test")
 
 
@@ -63,7 +64,7 @@ def test_a_failing_break_script_is_rejected(ctx: Context) -> None:
 
 
 def test_a_break_that_edits_protected_code_is_rejected(ctx: Context) -> None:
-    candidate = validate(ctx, inversion(f'printf "\\n# edited\\n" >> "$MINER_PROJECT/inventory/money.py"'))
+    candidate = validate(ctx, inversion('printf "\\n# edited\\n" >> "$MINER_PROJECT/inventory/money.py"'))
     rejected(candidate, "protected-changed")
     assert "inventory/money.py" in candidate.detail
 
