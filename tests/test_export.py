@@ -487,8 +487,31 @@ def test_terminal_bench_layout(mined_store: Path, tmp_path: Path, export_cache: 
     compose = yaml.safe_load((folder / "docker-compose.yaml").read_text())
     assert "client" in compose["services"]
     run_tests = (folder / "run-tests.sh").read_text()
-    assert "short test summary info" in run_tests and "--no-kill" in run_tests
+    assert "--summary-line" in run_tests and "--no-kill" in run_tests
     assert (folder / "tests" / "verifier.py").is_file() and (folder / "solution.sh").is_file()
+    # Run it as the TB1 harness does: tests/ and run-tests.sh copied to $TEST_DIR, the oracle's
+    # solution.sh run first in the second container; the pytest parser reads the summary line.
+    client = images.docker_client()
+    image, _ = client.images.build(path=str(folder), rm=True, labels=images.labels("broken", test="tb1"))
+    try:
+        for solve, verdict in ((False, "FAILED"), (True, "PASSED")):
+            container = client.containers.run(image.id, ["sh", "-c", "sleep infinity"], detach=True, cap_drop=["ALL"],
+                                              environment={"TEST_DIR": "/tests"})
+            try:
+                from miner.check import tar_folder
+
+                container.put_archive("/", tar_folder(folder / "tests", "tests"))
+                if solve:
+                    container.put_archive("/", tar_folder(folder, "oracle"))
+                    assert container.exec_run(["bash", "/oracle/solution.sh"]).exit_code == 0
+                container.put_archive("/tests", tar_folder(folder / "run-tests.sh", "run-tests.sh"))
+                out = container.exec_run(["bash", "/tests/run-tests.sh"]).output.decode()
+                summary = out.split("short test summary info")[-1]
+                assert f"{verdict} tests/verifier.py::test_environment_repaired" in summary, out[-1500:]
+            finally:
+                container.remove(force=True)
+    finally:
+        client.images.remove(image.id, force=True)
 
 
 # -- attacks on the verifier -----------------------------------------------------------------------

@@ -374,8 +374,9 @@ def binary_sha(name: str) -> str | None:
 class Verifier:
     """One scoring run: holds the task spec, the healthy manifest and what went wrong."""
 
-    def __init__(self, spec: dict, manifest: dict, reward: str, kill: bool = True) -> None:
+    def __init__(self, spec: dict, manifest: dict, reward: str, kill: bool = True, summary_line: bool = False) -> None:
         self.spec, self.manifest, self.reward_path, self.kill = spec, manifest, reward, kill
+        self.summary_line = summary_line
         self.project, self.venv = spec["project_dir"], spec["venv_dir"]
         self.problems: list[str] = []
         self.env: dict[str, str] = {}
@@ -649,6 +650,9 @@ class Verifier:
         self.write_reward(1 if ok else 0)
         summary = "PASS" if ok else f"FAIL ({len(self.problems)} problem(s), {len(failing)} failing check(s))"
         print(f"verifier: reward {int(ok)}: {summary}", flush=True)
+        if self.summary_line:
+            print("=" * 27 + " short test summary info " + "=" * 28)
+            print(f"{'PASSED' if ok else 'FAILED'} tests/verifier.py::test_environment_repaired", flush=True)
         shutil.rmtree(self.work, ignore_errors=True)
         return 0
 
@@ -732,16 +736,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--project", default="/sandbox/project")
     parser.add_argument("--venv", default="/sandbox/venv")
     parser.add_argument("--no-kill", action="store_true", help="leave other processes alone (TB1's tmux)")
+    parser.add_argument("--summary-line", action="store_true",
+                        help="end with a pytest-style PASSED/FAILED summary line (TB1's pytest parser)")
     args = parser.parse_args(argv)
     if args.collect:
         return collect(args)
     verifier = None
     try:
         verifier = Verifier(load_json(os.path.join(HERE, "spec.json")),
-                            load_json(os.path.join(HERE, "manifest.json")), args.reward, kill=not args.no_kill)
+                            load_json(os.path.join(HERE, "manifest.json")), args.reward, kill=not args.no_kill,
+                            summary_line=args.summary_line)
         return verifier.score()
     except Exception as exc:  # any error scores 0: the reward file already says so
         print(f"verifier: error: {type(exc).__name__}: {exc}", flush=True)
+        if args.summary_line:
+            print("=" * 27 + " short test summary info " + "=" * 28)
+            print("FAILED tests/verifier.py::test_environment_repaired - verifier error", flush=True)
         if verifier is not None:
             try:
                 verifier.write_reward(0)

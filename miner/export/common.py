@@ -436,7 +436,7 @@ PY={python}
 want={sha}
 have=$(sha256sum "$(readlink -f "$PY")" 2>/dev/null | cut -d' ' -f1)
 if [ "$have" != "$want" ]; then
-    echo "verifier: $PY is missing or is not the healthy interpreter: reward 0"
+    echo "verifier: $PY is missing or is not the healthy interpreter: reward 0"{refused}
 else
     "$PY" -I -S {tests}/verifier.py --reward {reward}{extra}
 fi
@@ -444,10 +444,13 @@ fi
 
 
 def test_script(ts: TaskSource, manifest: dict, reward: str = "/logs/verifier/reward.txt",
-                tests_dir: str = "/tests", extra: str = "") -> str:
+                tests_dir: str = "/tests", extra: str = "", refused: str = "") -> str:
+    """The verifier's shell entry point; `extra` is appended to verifier.py's arguments and
+    `refused` (lines) runs when the interpreter is not the healthy one."""
     system = manifest["system_python"]
     return TEST_SH.format(task_id=ts.task.id, reward=reward, reward_dir=os.path.dirname(reward),
-                          python=shlex.quote(system["path"]), sha=system["sha256"], tests=tests_dir, extra=extra)
+                          python=shlex.quote(system["path"]), sha=system["sha256"], tests=tests_dir, extra=extra,
+                          refused=refused)
 
 
 def verifier_files(ts: TaskSource, manifest: dict) -> dict[str, bytes]:

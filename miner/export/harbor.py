@@ -87,7 +87,7 @@ def task_config(ts: TaskSource, options: ExportOptions) -> dict:
 
 def instruction(ts: TaskSource) -> str:
     text = ts.task.instruction.strip() or (
-        f"The Python project in /sandbox/project no longer passes its test suite: its environment is broken. "
+        "The Python project in /sandbox/project no longer passes its test suite: its environment is broken. "
         "Repair the environment so that the tests pass again, without changing the project's source or test files."
     )
     return text + "\n"

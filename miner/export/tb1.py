@@ -63,14 +63,10 @@ COMPOSE = """services:
       - ${T_BENCH_TASK_AGENT_LOGS_PATH}:${T_BENCH_CONTAINER_AGENT_LOGS_PATH}
 """
 
-RUN_TESTS_TAIL = f"""
-echo "=========================== short test summary info ============================"
-if [ "$(cat {REWARD} 2>/dev/null)" = "1" ]; then
-    echo "PASSED tests/verifier.py::test_environment_repaired"
-else
-    echo "FAILED tests/verifier.py::test_environment_repaired - see the verifier output above"
-fi
-"""
+SUMMARY_FAILED = (
+    '\n    echo "=========================== short test summary info ============================"'
+    '\n    echo "FAILED tests/verifier.py::test_environment_repaired - the interpreter was replaced"'
+)
 
 
 def task_yaml(ts: TaskSource) -> str:
@@ -94,9 +90,14 @@ def task_yaml(ts: TaskSource) -> str:
 
 
 def run_tests(ts: TaskSource, manifest: dict) -> str:
-    script = test_script(ts, manifest, reward=REWARD, tests_dir='"$TEST_DIR"', extra=" --no-kill")
-    script = script.replace("#!/bin/bash\n", '#!/bin/bash\nTEST_DIR="${TEST_DIR:-/tests}"\n', 1)
-    return script + RUN_TESTS_TAIL
+    """run-tests.sh: the Harbor test.sh, printing its verdict as a pytest summary line for TB1's parser.
+
+    verifier.py prints the line itself (--summary-line), right after deciding, so nothing can
+    change the verdict between the decision and the output the harness parses.
+    """
+    script = test_script(ts, manifest, reward=REWARD, tests_dir='"$TEST_DIR"', extra=" --no-kill --summary-line",
+                         refused=SUMMARY_FAILED)
+    return script.replace("#!/bin/bash\n", '#!/bin/bash\nTEST_DIR="${TEST_DIR:-/tests}"\n', 1)
 
 
 def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding, manifests: ManifestCache) -> dict[str, bytes]:
