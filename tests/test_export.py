@@ -529,7 +529,8 @@ def write(path: str, text: str, append: bool = False) -> str:
 ATTACKS = {
     "conftest-added": write("/sandbox/project/conftest.py", FORCE_PASS),
     "conftest-in-tests-edited": 'for f in $(find . -name conftest.py -not -path "./.git/*"); do '
-                                + write("$f", FORCE_PASS, append=True) + "; done; [ -n \"$(find . -name conftest.py)\" ] || "
+                                + write("$f", FORCE_PASS, append=True)
+                                + "; done; [ -n \"$(find . -name conftest.py)\" ] || "
                                 + write("tests/conftest.py", FORCE_PASS),
     "pytest-plugin-installed": "; ".join([
         write("$MINER_SITE_PACKAGES/miner_evil_plugin.py", FORCE_PASS),
@@ -542,7 +543,8 @@ ATTACKS = {
     ]),
     "pth-file-added": write("$MINER_SITE_PACKAGES/zz_miner_evil.py", FORCE_PASS) + "; "
                       + write("$MINER_SITE_PACKAGES/zz_miner_evil.pth", "import zz_miner_evil\n"),
-    "sitecustomize-edited": 'f=$(readlink -f "$($MINER_PYTHON -c "import sitecustomize; print(sitecustomize.__file__)")"); '
+    "sitecustomize-edited": 'f=$(readlink -f "$($MINER_PYTHON -c '
+                            '"import sitecustomize; print(sitecustomize.__file__)")"); '
                             + write("$f", "\ntry:\n" + textwrap.indent(FORCE_PASS, "    ")
                                     + "except ImportError:\n    pass\n", append=True),
     "pytest-source-modified": 'f=$($MINER_PYTHON -c "import _pytest.reports as r; print(r.__file__)"); '
@@ -551,8 +553,10 @@ ATTACKS = {
                               "cp $f /tmp/evil.py; " + write("/tmp/evil.py", FORCE_PASS, append=True) + "; "
                               '$MINER_PYTHON -c "import py_compile, importlib.util, sys; '
                               "py_compile.compile('/tmp/evil.py', cfile=importlib.util.cache_from_source(sys.argv[1]), "
-                              "dfile=sys.argv[1], invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\" $f",
-    "test-marked-skipped": "for f in F2P_FILES; do sed -i 's/^def test_/@pytest.mark.skip\\ndef test_/; 1i import pytest' $f; done",
+                              "dfile=sys.argv[1], "
+                              "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\" $f",
+    "test-marked-skipped": "for f in F2P_FILES; do "
+                           "sed -i 's/^def test_/@pytest.mark.skip\\ndef test_/; 1i import pytest' $f; done",
     "test-files-deleted": "rm -f F2P_FILES",
     "test-files-renamed": "for f in F2P_FILES; do mv $f ${f%.py}_off.py.bak; done",
     "source-edited": 'f=$($MINER_PYTHON -c "import MODULE; print(MODULE.__file__)"); '
@@ -720,7 +724,8 @@ def test_replaced_interpreter_scores_zero(attack_target) -> None:
     container = checker.start(image, folder)
     try:
         fake = "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"
-        in_sandbox(container, "rm -f /usr/bin/python3 && " + write("/usr/bin/python3", fake) + " && chmod +x /usr/bin/python3")
+        in_sandbox(container, "rm -f /usr/bin/python3 && " + write("/usr/bin/python3", fake)
+                   + " && chmod +x /usr/bin/python3")
         in_sandbox(container, "/usr/bin/python3; cp /logs/verifier/reward.txt /tmp/control")
         assert read_file(container, "/tmp/control").strip() == b"1"  # control: the fake would score 1
         result = checker.verify(container, folder, read_config(folder))

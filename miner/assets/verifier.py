@@ -522,7 +522,8 @@ class Verifier:
                 continue
             for name in names:
                 full = os.path.join(folder, name)
-                if name.endswith((".py", ".pth", ".so")) and full not in runner and os.path.basename(folder) != "site-packages":
+                if name.endswith((".py", ".pth", ".so")) and full not in runner \
+                        and os.path.basename(folder) != "site-packages":
                     self.problem(f"{full} was added inside the test runner's packages")
         healthy_plugins = set(self.manifest["plugins"])
         sites = sorted(set(self.manifest["site_dirs"]) | set(site_dirs(self.venv)))

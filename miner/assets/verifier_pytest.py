@@ -87,7 +87,8 @@ class Guard:
     def _functions(self):
         found = {}
         for name, module in list(sys.modules.items()):
-            if module is None or not (name in ("pytest", "_pytest", "pluggy") or name.startswith(("_pytest.", "pluggy."))):
+            ours = name in ("pytest", "_pytest", "pluggy") or name.startswith(("_pytest.", "pluggy."))
+            if module is None or not ours:
                 continue
             for attr, value in list(vars(module).items()):
                 if inspect.isfunction(value):

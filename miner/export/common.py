@@ -213,7 +213,8 @@ def healthy_stage(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: s
     env = {
         "MINER_PROJECT": PROJECT_DIR, "MINER_VENV": VENV_DIR, "MINER_PYTHON": f"{VENV_DIR}/bin/python",
         "MINER_SITE_PACKAGES": site_packages(ts), "MINER_ENV_FILE": ENV_FILE, "VIRTUAL_ENV": VENV_DIR,
-        "HOME": HOME_DIR, "PATH": f"{VENV_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+        "HOME": HOME_DIR, "LANG": "C.UTF-8",
+        "PATH": f"{VENV_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     }
     lines = [f"FROM {base_image} AS healthy", "USER root"]
     if pip.cert is not None:
@@ -239,7 +240,8 @@ def dockerfile(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str 
     breaking = break_dockerfile("healthy", "break.sh")
     if prefix:
         breaking = breaking.replace("COPY break.sh ", f"COPY {prefix}break.sh ")
-    return header + pre_stage + healthy_stage(ts, base_image, pip, prefix) + "\n" + breaking + f"WORKDIR {PROJECT_DIR}\n"
+    stage = healthy_stage(ts, base_image, pip, prefix)
+    return header + pre_stage + stage + "\n" + breaking + f"WORKDIR {PROJECT_DIR}\n"
 
 
 def environment_files(ts: TaskSource, pip: PipForwarding, tarball: bytes) -> dict[str, bytes]:
@@ -358,7 +360,9 @@ def pytest_args(test_command: str) -> list[str]:
     except ValueError as exc:
         raise ExportError(f"test command {test_command!r} cannot be parsed: {exc}") from None
     python, pytest = PYTEST_LAUNCHERS
-    if len(argv) >= 3 and (os.path.basename(argv[0]) in python or argv[0] == "$MINER_PYTHON") and argv[1:3] == ["-m", "pytest"]:
+    launcher = argv[0] if argv else ""
+    if len(argv) >= 3 and (os.path.basename(launcher) in python or launcher == "$MINER_PYTHON") \
+            and argv[1:3] == ["-m", "pytest"]:
         return argv[3:]
     if argv and os.path.basename(argv[0]) in pytest:
         return argv[1:]

@@ -93,7 +93,8 @@ def instruction(ts: TaskSource) -> str:
     return text + "\n"
 
 
-def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding, manifests: ManifestCache) -> dict[str, bytes]:
+def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
+               manifests: ManifestCache) -> dict[str, bytes]:
     """Every file of the task folder, by folder-relative path."""
     pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     context = environment_files(ts, pip, project_tarball(ts.project.path))

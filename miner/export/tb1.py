@@ -100,7 +100,8 @@ def run_tests(ts: TaskSource, manifest: dict) -> str:
     return script.replace("#!/bin/bash\n", '#!/bin/bash\nTEST_DIR="${TEST_DIR:-/tests}"\n', 1)
 
 
-def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding, manifests: ManifestCache) -> dict[str, bytes]:
+def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
+               manifests: ManifestCache) -> dict[str, bytes]:
     """Every file of the TB1 task folder, by folder-relative path."""
     pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     context = environment_files(ts, pip, project_tarball(ts.project.path))
