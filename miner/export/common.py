@@ -281,15 +281,15 @@ class ManifestCache:
 
     def get(self, stage: str, files: dict[str, bytes]) -> dict:
         context = {k: v for k, v in files.items() if k != "break.sh"}
-        key = content_id(stage, {k: hashlib.sha256(v).hexdigest() for k, v in sorted(context.items())},
-                         hashlib.sha256(asset("verifier.py")).hexdigest(), length=24)
+        build = content_id(stage, {k: hashlib.sha256(v).hexdigest() for k, v in sorted(context.items())}, length=24)
+        key = content_id(build, hashlib.sha256(asset("verifier.py")).hexdigest(), length=24)
         if key in self.memory:
             return self.memory[key]
         path = self.folder / f"{key}.json"
         if path.is_file():
             self.memory[key] = json.loads(path.read_text())
             return self.memory[key]
-        manifest = self._measure(key, stage, context)
+        manifest = self._measure(build, stage, context)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
         tmp.write_text(json.dumps(manifest, sort_keys=True))
@@ -305,7 +305,8 @@ class ManifestCache:
         return self.client
 
     def _measure(self, key: str, stage: str, context: dict[str, bytes]) -> dict:
-        """Build the healthy stage and run the verifier's --collect mode inside it."""
+        """Build the healthy stage (tagged by its inputs: a rebuild reuses the tag and Docker's layer
+        cache, which later builds of the task's own Dockerfile share) and run --collect inside it."""
         from miner.images import labels
 
         client = self._client()
