@@ -8,8 +8,11 @@ if [ -x "$VENV/bin/harbor" ]; then
     exit 0
 fi
 PY=""
-for candidate in python3.12 python3.13; do
-    if command -v "$candidate" >/dev/null && "$candidate" -c 'import venv' 2>/dev/null; then
+# pyenv shims answer `command -v` even when the version is not selected: try real binaries first.
+PYENV_ROOT="${PYENV_ROOT:-$HOME/.pyenv}"
+for candidate in "$PYENV_ROOT"/versions/3.12*/bin/python3.12 "$PYENV_ROOT"/versions/3.13*/bin/python3.13 \
+                 /usr/bin/python3.12 /usr/bin/python3.13 python3.12 python3.13; do
+    if "$candidate" -c 'import venv' 2>/dev/null; then
         PY="$candidate"; break
     fi
 done
