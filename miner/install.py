@@ -21,6 +21,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import os
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -329,7 +330,9 @@ def resolve_python(version: str | None, backend: str = "local") -> str:
     if backend != "local":
         return f"python{version}" if version else "python3"
     if not version:
-        return sys.executable
+        # The base interpreter, not a venv's python: miner itself may run from a venv in a
+        # folder the sandbox hides (/tmp is private inside it).
+        return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     name = f"python{version}"
     found = shutil.which(name)
     if found and (real := _real_executable(found)):
