@@ -17,11 +17,11 @@ from __future__ import annotations
 import ast
 import configparser
 import email.parser
+import os
 import re
 import shlex
 import shutil
 import subprocess
-import os
 import sys
 import tomllib
 from dataclasses import dataclass, field
