@@ -68,8 +68,7 @@ class Run:
                                  f"{result.output.strip()[-300:]}")
 
     def check(self, sandbox: Sandbox, tests: list[str] | None = None) -> SuiteRun:
-        wanted = tests if tests is not None else None
-        suite = run_checks(sandbox, self.ctx.state.test_command, self.ctx.state.probes, tests=wanted,
+        suite = run_checks(sandbox, self.ctx.state.test_command, self.ctx.state.probes, tests=tests,
                            timeout=self.ctx.timeout, extra=self.ctx.extra)
         total = max(len(self.ctx.state.outcomes), 1)
         self.suite_runs += 1.0 if tests is None else len(tests) / total
