@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,10 @@ from miner.models import Project, Source
 from miner.sandbox.base import BuildError, Limits
 from miner.sandbox.local import LocalBackend
 from miner.testing import pytest_command, run_suite
+
+
+# miner's default interpreter: the real file behind the base (non-venv) python.
+BASE_PYTHON = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -117,7 +122,7 @@ def test_script_shape_and_overrides(tmp_path: Path) -> None:
     )
     spec = build_spec(proj, Limits(timeout=12))
     script = spec.install_script
-    assert spec.python == sys.executable and spec.limits.timeout == 12
+    assert spec.python == BASE_PYTHON and spec.limits.timeout == 12
     assert spec.env == {"API_KEY": "a b", "MODE": "x"}
     assert "-e '.[test]'" in script and "-r requirements-test.txt" in script
     assert "--pre python-dateutil" in script and "pip install --progress-bar off pytest-timeout" in script
@@ -135,7 +140,7 @@ def test_folder_that_is_not_a_distribution(tmp_path: Path) -> None:
 
 
 def test_python_override(tmp_path: Path) -> None:
-    assert resolve_python(None) == sys.executable
+    assert resolve_python(None) == BASE_PYTHON
     assert resolve_python("3.12", backend="docker") == "python3.12"
     with pytest.raises(BuildError):
         resolve_python("2.1")
