@@ -44,6 +44,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -651,6 +652,8 @@ class _Builder:
         self.lazy: dict[str, dict[str, str]] = {}  # module -> {exported name: submodule node}
         self._visible: dict[str, set[str]] = {}
         self.graph.graph["providers"] = {k: sorted(v) for k, v in self.providers.items()}
+        self.system = healthy.system or {}
+        self.import_loads: dict[str, list[str]] = self.system.get("import_loads", {})
 
     def _parse(self, rel: str) -> SourceFile:
         text = (self.root / rel).read_bytes()
@@ -777,7 +780,35 @@ class _Builder:
             dist = self._distribution(name)
             if dist:
                 self._edge(node, dist, "provided-by")
+        self._link_libraries(node, top)
         return node
+
+    # -- beneath the project (container backends): shared libraries and their Debian packages
+    def _system_module(self, top: str) -> str | None:
+        """A standard-library module drawn only when importing it loads a shared library."""
+        if not self._libraries_loaded_by(top):
+            return None
+        node = self._node(f"module:{top}", "module", top, project=False, external=True, stdlib=True)
+        self._link_libraries(node, top)
+        return node
+
+    def _libraries_loaded_by(self, top: str) -> list[str]:
+        files = set(self.import_loads.get(top, ()))
+        return sorted(soname for soname, lib in self.system.get("libraries", {}).items()
+                      if files & {os.path.realpath(u) for u in lib.get("used_by", ()) if u != "interpreter"})
+
+    def _link_libraries(self, node: str, top: str) -> None:
+        """import top -> the shared libraries its extension modules load (ldd) -> their packages."""
+        libraries = self.system.get("libraries", {})
+        for soname in self._libraries_loaded_by(top):
+            lib = libraries[soname]
+            library = self._node(f"syslib:{soname}", "syslib", soname, path=lib.get("path"))
+            self._edge(node, library, "loads")
+            package = lib.get("package")
+            if package:
+                name = package.split(":")[0]
+                version = self.system.get("packages", {}).get(package, {}).get("version", "")
+                self._edge(library, self._node(f"debpkg:{name}", "debpkg", f"{name} {version}".strip()), "installed-by")
 
     def _import_targets(self, item: tuple[int, str, tuple[str, ...]], source: SourceFile | None) -> list[str]:
         """Module nodes one import statement depends on (stdlib and unknown names ignored)."""
@@ -796,8 +827,11 @@ class _Builder:
             node = self._project_module(".".join(parts[:end]))
             if node:
                 return targets + [node]
-        if level or not parts or parts[0] in sys.stdlib_module_names or parts[0] == "__future__":
+        if level or not parts or parts[0] == "__future__":
             return targets
+        if parts[0] in sys.stdlib_module_names:
+            system = self._system_module(parts[0])
+            return targets + ([system] if system else [])
         external = self._external_module(parts[0])
         return targets + ([external] if external else [])
 
@@ -1048,6 +1082,10 @@ class _Builder:
                     self._edge(node, f"script:{name}", "runs")
 
 
+# Target kinds the graph has no nodes for: tried after the selected ones, with no prediction.
+UNMODELLED_KINDS = frozenset({"system", "service"})
+
+
 def build_graph(project: Project, healthy: HealthyState) -> nx.DiGraph:
     """The "depends on" graph of a project's tests, probes, modules, files, variables, packages."""
     return _Builder(project, healthy).build()
@@ -1207,6 +1245,8 @@ KIND_STYLE = {  # fill colour, cluster title
     "envvar": ("#eeeeee", "environment variables"),
     "external": ("#fff7bc", "imported packages"),
     "distribution": ("#fde6cf", "installed distributions"),
+    "syslib": ("#e0e0e0", "system"),
+    "debpkg": ("#d0d0d0", "system"),
 }
 CLUSTER_ORDER = ["tests", "derived probes", "project code", "console scripts", "config and data files",
                  "environment variables", "imported packages", "installed distributions", "system"]

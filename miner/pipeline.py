@@ -16,12 +16,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+import networkx as nx
+
 from miner import __version__
+from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
 from miner.healthy import SkipProject, record_healthy
 from miner.install import build_spec
 from miner.inverters.procedural import ProceduralInverter, enumerate_targets
-from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Task
+from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend, BuildError, Healthy, SandboxError
 from miner.sources import FetchError, fetch, parse_repos
@@ -42,6 +45,7 @@ class CrawlOptions:
     backend: str = "local"
     select: str = "graph"  # graph | random
     timeout: float = 600.0  # per test-suite run
+    system: bool = True  # ask the backend for system and service targets (Docker only)
 
 
 @dataclass
@@ -121,14 +125,18 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
     env = backend.build(project, spec, store.root / "work" / project.key)
     phase("recording healthy state")
     timeout = float(project.source.overrides.get("timeout", options.timeout))
-    extra_probes, extra = _backend_probes(backend, env)
+    extra_probes = backend.derived_probes(env)
+    extra = backend.run_derived_probes if extra_probes else None
     state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout,
                            extra_probes=extra_probes, extra=extra)
+    system, extra_targets = backend.backend_targets(env) if options.system else (None, [])
+    state.system = system
     report.suite_seconds = state.suite_seconds
     store.record_project(project.key, project.repo, project.commit, project.source.raw, project.source.origin,
                          "running", healthy=state)
     phase("choosing inversion points")
-    candidates = choose_candidates(project, state, types, options)
+    graph = graphs.build_graph(project, state)
+    candidates = choose_candidates(project, state, types, options, graph, extra_targets)
     ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
                   scan_roots=getattr(backend, "scan_roots", ("/sandbox",)))
     by_id = {t.id: t for t in types}
@@ -136,31 +144,26 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
         if options.max_tasks_per_repo is not None and report.validated >= options.max_tasks_per_repo:
             break
         phase(f"candidate {number}/{len(candidates)}: {inversion.type_id} on {inversion.target.name}")
-        _try(ctx, project, store, inversion, by_id[inversion.type_id], report)
-
-
-def _backend_probes(backend: Backend, env: Healthy):
-    """Derived probes only a backend can record (a Dockerized project's CMD, ports, healthcheck)."""
-    derive = getattr(backend, "derived_probes", None)
-    if derive is None:
-        return None, None
-    probes = derive(env)
-    return probes, getattr(backend, "run_derived_probes", None)
+        _try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph)
 
 
 def choose_candidates(project: Project, state: HealthyState, types: list[InversionType],
-                      options: CrawlOptions) -> list[Inversion]:
-    """Graph-guided or blind (random) choice of (target, type) candidates, in a deterministic order."""
+                      options: CrawlOptions, graph: nx.DiGraph | None = None,
+                      extra_targets: list[Target] | None = None) -> list[Inversion]:
+    """Graph-guided or blind (random) choice of (target, type) candidates, in a deterministic order.
+
+    `extra_targets` are the backend's (system libraries, services): kinds the graph models
+    (syslib, debpkg) are selected like the others, the rest are tried after them, unpredicted.
+    """
     inverter = ProceduralInverter(types, seed=options.seed)
-    targets = enumerate_targets(project, state)
+    targets = enumerate_targets(project, state) + list(extra_targets or [])
     if options.select == "random":
         return inverter.candidates(project, state, targets=targets, budget=options.budget, shuffle=True)
-    from miner import graph as graphs
-
-    graph = graphs.build_graph(project, state)
-    chosen = graphs.select_targets(graph, state, targets, budget=None, seed=options.seed)
+    graph = graph if graph is not None else graphs.build_graph(project, state)
+    modelled = [t for t in targets if t.kind not in graphs.UNMODELLED_KINDS]
+    chosen = graphs.select_targets(graph, state, modelled, budget=None, seed=options.seed)
     radius = {target.key: (predicted, depth) for target, predicted, depth in chosen}
-    ordered = [target for target, _, _ in chosen]
+    ordered = [target for target, _, _ in chosen] + [t for t in targets if t.kind in graphs.UNMODELLED_KINDS]
     candidates = inverter.candidates(project, state, targets=ordered, budget=options.budget)
     for inversion in candidates:
         predicted, depth = radius.get(inversion.target.key, (None, None))
@@ -170,7 +173,7 @@ def choose_candidates(project: Project, state: HealthyState, types: list[Inversi
 
 
 def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, itype: InversionType,
-         report: ProjectReport) -> None:
+         report: ProjectReport, graph: nx.DiGraph | None = None) -> None:
     cid = inversion.id_for(project)
     counts = report.by_type.setdefault(inversion.type_id, [0, 0])
     if store.has_candidate(cid):
@@ -181,20 +184,26 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
     counts[0] += 1
     report.suite_runs += candidate.suite_runs
     if candidate.status == "validated":
-        task = make_task(project, ctx.state, candidate, itype, ctx.backend.name)
+        task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, graph)
         store.add_task(task, task_files(task, ctx.state, candidate))
         report.validated += 1
         counts[1] += 1
     store.record_candidate(project.key, candidate)
 
 
-def make_task(project: Project, state: HealthyState, cand: Candidate, itype: InversionType, backend: str) -> Task:
-    """A validated candidate becomes a task: instruction from the symptom, difficulty from the graph."""
-    from miner.graph import difficulty
+def make_task(project: Project, state: HealthyState, cand: Candidate, itype: InversionType, backend: str,
+              graph: nx.DiGraph | None = None) -> Task:
+    """A validated candidate becomes a task: instruction from the symptom, difficulty from the graph.
+
+    The stored depth is measured from the observed F2P tests down to the broken node (the
+    selection's depth was over the predicted radius), whichever way the target was chosen.
+    """
     from miner.instruction import write_instruction
 
     inv = cand.inversion
-    level, score = difficulty(inv.graph_depth, len(cand.f2p), inv.family)
+    if graph is not None:
+        inv.graph_depth = graphs.depth(graph, inv.target, cand.f2p)
+    level, score = graphs.difficulty(inv.graph_depth, len(cand.f2p), inv.family)
     task = Task(
         id=cand.id, repo=project.repo, commit=project.commit, source=project.source, type_id=inv.type_id,
         family=inv.family, target=inv.target, summary=inv.summary, break_script=inv.break_script,

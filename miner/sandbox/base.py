@@ -16,7 +16,9 @@ import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from miner.models import Project, RunResult
+from typing import Any
+
+from miner.models import Probe, Project, RunResult, Target, TestResult
 
 
 class SandboxError(Exception):
@@ -118,3 +120,17 @@ class Backend(abc.ABC):
 
     def discard(self, healthy: Healthy) -> None:
         """Forget a healthy environment (its workspace or image)."""
+
+    # Optional capabilities: a backend that sees more than the project (a container's command,
+    # its ports, the system beneath) derives checks and targets from it. None by default.
+    def derived_probes(self, healthy: Healthy) -> list[Probe]:
+        """Checks derived from the healthy environment itself (a container's CMD, HEALTHCHECK, ports)."""
+        return []
+
+    def run_derived_probes(self, sandbox: Sandbox, probes: list[Probe]) -> dict[str, TestResult]:
+        """Results of the derived probes among `probes` on a sandbox."""
+        return {}
+
+    def backend_targets(self, healthy: Healthy) -> tuple[dict[str, Any] | None, list[Target]]:
+        """The system inventory (for the graph) and the targets beneath the project (system, service)."""
+        return None, []

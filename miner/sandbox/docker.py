@@ -341,6 +341,24 @@ class DockerBackend(Backend):
         except docker.errors.APIError as exc:
             log.warning("could not remove %s: %s", ref, exc)
 
+    # -- what only a container shows ------------------------------------------------------
+
+    def derived_probes(self, healthy: Healthy) -> list[Probe]:
+        """A Dockerized project's CMD, HEALTHCHECK and HTTP ports, measured twice (see docker_probes)."""
+        if not healthy.info.get("dockerized"):
+            return []
+        with self.fork(healthy) as box:
+            return docker_probes(box)
+
+    def run_derived_probes(self, sandbox: Sandbox, probes: list[Probe]) -> dict[str, TestResult]:
+        return run_docker_probes(sandbox, probes)
+
+    def backend_targets(self, healthy: Healthy) -> tuple[dict[str, Any] | None, list[Target]]:
+        """The system inventory (minus nothing: it is small) and the system and service targets."""
+        with self.fork(healthy) as box:
+            inventory = system_inventory(box)
+            return inventory, system_targets(box, inventory) + service_targets(box)
+
     def build_broken(self, healthy: Healthy, break_script: str) -> images.BrokenImage:
         """The broken snapshot (healthy image + break script layer) and its storage overhead."""
         return images.build_broken_image(self.client, healthy.ref, break_script)
@@ -847,22 +865,25 @@ for folder, dirs, files in os.walk(project):
                     names.add(node.module.split(".")[0])
 LOADER = """
 import importlib, json, sys
-for name in json.loads(sys.argv[1]):
-    try:
-        importlib.import_module(name)
-    except BaseException:
-        pass
+try:
+    importlib.import_module(sys.argv[1])
+except BaseException:
+    pass
 print("LOADED " + json.dumps(sorted({m.__file__ for m in list(sys.modules.values()) if (getattr(m, "__file__", None) or "").endswith(".so")})))
 """
-loaded = []
-try:
-    out = subprocess.run([sys.executable, "-c", LOADER, json.dumps(sorted(names))], cwd=project,
-                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+# Each name in its own interpreter, so that what an import loads is known per name (the graph
+# links `import sqlite3` to libsqlite3 through _sqlite3's extension file).
+import_loads = {}
+for name in sorted(names):
+    try:
+        out = subprocess.run([sys.executable, "-c", LOADER, name], cwd=project,
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        continue
     for line in out.stdout.splitlines():
-        if line.startswith("LOADED "):
-            loaded = [os.path.realpath(p) for p in json.loads(line[7:])]
-except (OSError, subprocess.SubprocessError):
-    pass
+        if line.startswith("LOADED ") and json.loads(line[7:]):
+            import_loads[name] = [os.path.realpath(p) for p in json.loads(line[7:])]
+loaded = sorted({p for paths in import_loads.values() for p in paths})
 venv = os.environ.get("MINER_VENV", "/sandbox/venv")
 system = {
     "python_symlink": link("/usr/bin/python3"),
@@ -874,7 +895,8 @@ system = {
 }
 print("MINER-INVENTORY " + json.dumps({"libraries": libraries, "packages": packages,
                                        "extensions": extensions, "system": system, "dpkg": has_dpkg,
-                                       "zones": sorted(zones), "imports": sorted(names), "loaded": loaded}))
+                                       "zones": sorted(zones), "imports": sorted(names), "loaded": loaded,
+                                       "import_loads": import_loads}))
 '''
 
 
@@ -888,6 +910,7 @@ def system_inventory(sandbox: Sandbox) -> dict[str, Any]:
              "zones": [time zones the project's files name that exist in /usr/share/zoneinfo],
              "imports": [top-level modules the project's .py files import],
              "loaded": [extension module files (.so) loaded once those modules are imported],
+             "import_loads": {top-level import name: [extension files importing it loads]},
              "dpkg": bool}
     Modules are dotted import names ("_sqlite3", "pkg._speedups"); "interpreter" is python itself.
     """
