@@ -184,6 +184,16 @@ def _last_name(text: str) -> str:
     return text.rsplit(".", 1)[-1]
 
 
+MAIN_SCOPE = "<main>"  # code under `if __name__ == "__main__":` runs as a script, never on import
+
+
+def _is_main_guard(condition: Node | None) -> bool:
+    if condition is None or condition.type != "comparison_operator":
+        return False
+    text = condition.text.decode(errors="replace").replace("'", '"').replace(" ", "")
+    return text in ('__name__=="__main__"', '"__main__"==__name__')
+
+
 def _scope_key(node: Node) -> str:
     """Qualified name of the scope holding node: classes down to the first function.
 
@@ -191,13 +201,18 @@ def _scope_key(node: Node) -> str:
     belongs to the test function, not to the module.
     """
     chain: list[Node] = []
+    main_guard = False
     previous, current = node, node.parent
     while current is not None:
         if current.type in ("function_definition", "class_definition"):
             chain.append(current)
         elif current.type == "decorated_definition" and previous.type == "decorator":
             chain.append(current.child_by_field_name("definition"))
+        elif current.type == "if_statement" and _is_main_guard(current.child_by_field_name("condition")):
+            main_guard = True
         previous, current = current, current.parent
+    if main_guard and not chain:
+        return MAIN_SCOPE
     parts = []
     for definition in reversed(chain):
         parts.append(_dotted(definition.child_by_field_name("name")))
@@ -632,6 +647,10 @@ class _Builder:
         for folder in sorted({str(p) for rel in self.resources for p in PurePosixPath(rel).parents if str(p) != "."}):
             self.folders[PurePosixPath(folder).name].append(folder)
         self.providers = self._providers()
+        self.scripts_by_basename: dict[str, list[str]] = defaultdict(list)  # files with a __main__ block
+        for rel, source in self.sources.items():
+            if MAIN_SCOPE in source.scopes:
+                self.scripts_by_basename[PurePosixPath(rel).name].append(rel)
         self.scripts = {s: d.name for d in healthy.inventory for s in d.console_scripts}
         own = {canonical(n) for n in healthy.project_dists}
         # own scripts named like a package of the project are matched only where they are run
@@ -913,6 +932,9 @@ class _Builder:
         named |= {PurePosixPath(p).name for p in scope.paths} & self.own_scripts
         for name in sorted(named):
             found.append((self._node(f"script:{name}", "script", name), "runs"))
+        for literal in sorted(p for p in scope.paths if p.endswith(".py")):  # [sys.executable, "tool.py"]
+            for rel in _nearest(_suffix_matches(literal.removeprefix("./"), self.scripts_by_basename), source.rel):
+                found.append((f"function:{self.modules_by_file[rel]}.{MAIN_SCOPE}", "runs"))
         lazy = {self.lazy[m][n] for m in visible & self.lazy.keys() for n in scope.names & self.lazy[m].keys()}
         found += [(m, "imports") for m in sorted(lazy)]
         for module in lazy:
@@ -928,10 +950,16 @@ class _Builder:
         else:
             scope = Scope()
             for key, part in source.scopes.items():
-                if key not in source.functions:  # module level, class bodies, code under if/try
+                if key not in source.functions and key != MAIN_SCOPE:  # module level, class bodies, if/try
                     scope.merge(part)
             for qualname in source.functions:
                 self._add_function(source, qualname, visible)
+            if MAIN_SCOPE in source.scopes:  # what `python file.py` runs besides the import
+                main = self._node(f"function:{source.module}.{MAIN_SCOPE}", "function", f"{rel} as a script",
+                                  module=source.module, path=rel)
+                self._edge(main, node, "defined-in")
+                for target, relation in self._scope_targets(source.scopes[MAIN_SCOPE], source, visible):
+                    self._edge(main, target, relation)
         for target, relation in self._scope_targets(scope, source, visible):
             self._edge(node, target, relation)
 
@@ -1080,6 +1108,10 @@ class _Builder:
                 name = PurePosixPath(argv[0]).name if argv else ""
                 if name in self.scripts:
                     self._edge(node, f"script:{name}", "runs")
+                for arg in argv[1:]:  # python3 tool.py ...: the file runs as a script
+                    module = self.modules_by_file.get(arg.removeprefix("./"))
+                    if module and f"function:{module}.{MAIN_SCOPE}" in self.graph:
+                        self._edge(node, f"function:{module}.{MAIN_SCOPE}", "runs")
 
 
 # Target kinds the graph has no nodes for: tried after the selected ones, with no prediction.
@@ -1157,12 +1189,14 @@ def select_targets(graph: nx.DiGraph, healthy: HealthyState, targets: list[Targe
                    seed: int) -> list[tuple[Target, set[str], int]]:
     """Inversion points worth trying, best first: (target, predicted F2P, depth).
 
-    Kept: targets whose predicted radius (passing tests and probes that depend on them) is
-    neither empty nor every passing test (probes aside); whole-suite targets only when nothing
-    else qualifies. Order:
-    round-robin over target kinds (kind order shuffled by seed) so kinds are spread; within a
-    kind, first a radius not chosen before (distinct F2P sets first), then a node not chosen
-    before, then the deepest (indirect dependencies), then a seeded random tie-break.
+    Dropped: targets whose predicted radius (passing tests and probes that depend on them) is
+    empty, and whole-suite targets inside the test runner (pytest, its plugins and their
+    requirements). Other targets predicted to fail every passing test (probes aside) come after all the others:
+    the prediction over-approximates (an import guarded by try/except, a function never called),
+    so they may still break only part of the suite. Within each group: round-robin over target
+    kinds (kind order shuffled by seed) so kinds are spread; within a kind, first a radius not
+    chosen before (distinct F2P sets first), then a node not chosen before, then the deepest
+    (indirect dependencies), then a seeded random tie-break.
     """
     passing = set(healthy.passing)
     scored = []
@@ -1173,8 +1207,21 @@ def select_targets(graph: nx.DiGraph, healthy: HealthyState, targets: list[Targe
     # Killing every test is "the whole suite" even when derived probes survive.
     suite = {t for t in passing if not t.startswith("probe::")} or passing
     partial = [s for s in scored if not s[1] >= suite]
-    pool = partial or scored
+    runner = _runner_closure(graph)  # breaking the test runner itself only ever stops every test
+    whole = [s for s in scored if s[1] >= suite and not set(target_nodes(graph, s[0])) & runner]
     rng = random.Random(seed)
+    chosen = _spread(partial, rng) + _spread(whole, rng)
+    return chosen if budget is None else chosen[:budget]
+
+
+def _runner_closure(graph: nx.DiGraph) -> set[str]:
+    """pytest, its plugins, and every distribution they require."""
+    runners = {v for _, v, rel in graph.edges(data="rel") if rel in ("runner", "plugin") and v in graph}
+    return runners.union(*(nx.descendants(graph, r) for r in runners)) if runners else set()
+
+
+def _spread(pool: list[tuple[Target, set[str], int]], rng: random.Random) -> list[tuple[Target, set[str], int]]:
+    """The pool in selection order: kinds round-robin, new radii and nodes first, deepest first."""
     ties = {id(s): rng.random() for s in pool}
     buckets: dict[str, list] = defaultdict(list)
     for item in pool:
@@ -1184,10 +1231,9 @@ def select_targets(graph: nx.DiGraph, healthy: HealthyState, targets: list[Targe
     chosen: list[tuple[Target, set[str], int]] = []
     radii: dict[frozenset, int] = defaultdict(int)
     keys: dict[str, int] = defaultdict(int)
-    limit = len(pool) if budget is None else min(budget, len(pool))
-    while len(chosen) < limit:
+    while len(chosen) < len(pool):
         for kind in kinds:
-            if not buckets[kind] or len(chosen) >= limit:
+            if not buckets[kind]:
                 continue
             best = min(buckets[kind], key=lambda s: (radii[frozenset(s[1])], keys[s[0].key], -s[2], ties[id(s)]))
             buckets[kind].remove(best)
@@ -1468,14 +1514,15 @@ class GraphReport:
 
 def graph_targets(graph: nx.DiGraph, healthy: HealthyState) -> list[Target]:
     """Inversion points the graph offers: distributions, imported packages, scripts, variables,
-    and the config and data files the code reads (the project's code and tests are protected)."""
+    the config and data files the code reads (the project's code and tests are protected), and
+    in containers the shared libraries and Debian packages beneath."""
     protected = set(healthy.protected)
     targets = []
     for node, attrs in sorted(graph.nodes(data=True)):
         kind, name = attrs["kind"], node.split(":", 1)[1]
-        if kind in ("distribution", "script", "envvar"):
+        if kind in ("distribution", "script", "envvar", "syslib", "debpkg"):
             targets.append(Target(kind=kind, name=name))
-        elif kind == "module" and attrs.get("external"):
+        elif kind == "module" and attrs.get("external") and not attrs.get("stdlib"):
             targets.append(Target(kind="module", name=name))
         elif kind in ("config", "data") and attrs["path"] not in protected:
             targets.append(Target(kind=kind, name=attrs["path"], path=attrs["path"]))
@@ -1530,14 +1577,13 @@ def _project_state(store: "Store", source, backend: str, timeout: float, say) ->
 
 
 def _measure_healthy(store: "Store", project: Project, backend_name: str, timeout: float, say) -> HealthyState:
-    from miner.healthy import record_healthy
+    from miner.healthy import measure_project
     from miner.install import build_spec
     from miner.sandbox import get_backend
-    from miner.testing import pytest_command
 
     backend = get_backend(backend_name)
     spec = build_spec(project, backend=backend.name)
     say(f"building {project.repo} ({backend.name} sandbox)")
     env = backend.build(project, spec, store.root / "work" / project.key)
     say("recording the healthy state (the test suite runs twice)")
-    return record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout)
+    return measure_project(backend, env, project, spec, timeout)[0]

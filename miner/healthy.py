@@ -23,10 +23,11 @@ from miner.models import (
     Probe,
     Project,
     SuiteRun,
+    Target,
     TestResult,
 )
 from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox
-from miner.testing import run_suite
+from miner.testing import pytest_command, run_suite
 
 MINER_DIR = "/sandbox/.miner"
 CODE_SUFFIXES = {".py", ".pyi", ".pyx", ".pxd", ".c", ".h", ".cc", ".cpp", ".rs"}
@@ -78,9 +79,12 @@ def discover_probes(inventory: list[Distribution], own: list[str]) -> list[Probe
     return list(probes.values())
 
 
+RAW_KINDS = ("import", "script")  # probes run by probe.py inside any sandbox
+
+
 def run_raw_probes(sandbox: Sandbox, probes: list[Probe]) -> dict[str, dict]:
     """Raw exit codes and digests of import/script probes."""
-    simple = [p.model_dump() for p in probes if p.kind in ("import", "script")]
+    simple = [p.model_dump() for p in probes if p.kind in RAW_KINDS]
     if not simple:
         return {}
     sandbox.put(f"{MINER_DIR}/probe.py", asset("probe.py"))
@@ -97,6 +101,8 @@ def judge_probes(probes: list[Probe], raw: dict[str, dict]) -> dict[str, TestRes
     """A probe passes when it behaves exactly as it did healthy (exit code and output digest)."""
     results = {}
     for probe in probes:
+        if probe.kind not in RAW_KINDS:
+            continue  # a backend's derived probes (command, http) are judged by the backend
         got = raw.get(probe.id)
         if got is None:
             results[probe.id] = TestResult(id=probe.id, outcome="missing")
@@ -121,7 +127,7 @@ def run_checks(sandbox: Sandbox, command: str, probes: list[Probe], tests: list[
         suite = SuiteRun(command=command, exit_code=0, duration=0.0)
     suite.results.update(judge_probes(wanted_probes, run_raw_probes(sandbox, wanted_probes)))
     if extra is not None:
-        suite.results.update(extra(sandbox, [p for p in wanted_probes if p.kind in ("command", "http")]))
+        suite.results.update(extra(sandbox, [p for p in wanted_probes if p.kind not in RAW_KINDS]))
     return suite
 
 
@@ -164,7 +170,7 @@ def _measure(backend: Backend, env: Healthy, command: str, probes: list[Probe], 
         suite = run_suite(sandbox, command, timeout=timeout)
         raw = run_raw_probes(sandbox, probes)
         if extra is not None:
-            suite.results.update(extra(sandbox, [p for p in probes if p.kind in ("command", "http")]))
+            suite.results.update(extra(sandbox, [p for p in probes if p.kind not in RAW_KINDS]))
     return suite, raw
 
 
@@ -185,8 +191,13 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
                    runs: int = 2, timeout: float = 600.0, extra_probes: list[Probe] | None = None,
                    extra: ExtraProbes | None = None) -> HealthyState:
     """Measure the healthy state; raise SkipProject with the reason when it cannot be mined."""
+    hashes, protected = project_manifest(project.path)
     with backend.fork(env) as sandbox:
         site_packages, inventory, own = collect_inventory(sandbox)
+        inside = hash_tree(sandbox, [], [f"{PROJECT_DIR}/{p}" for p in protected])
+    # What the environment holds is what tasks protect: a Dockerfile may move or drop files.
+    protected = [p for p in protected if f"{PROJECT_DIR}/{p}" in inside]
+    hashes.update({p: inside[f"{PROJECT_DIR}/{p}"] for p in protected})
     probes = discover_probes(inventory, own) + list(extra_probes or [])
     measured = []
     for _ in range(runs):  # a suite that hangs is skipped after its first timeout, not after every run
@@ -199,7 +210,6 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
         suite.results.update(judge_probes(probes, raw))
     stable, flaky = _stable(suites)
     _check_minable(stable, suites[0], derived_only_ok=bool(extra_probes))
-    hashes, protected = project_manifest(project.path)
     return HealthyState(
         repo=project.repo, commit=project.commit, backend=backend.name, test_command=command,
         outcomes={k: v.outcome for k, v in stable.items()},
@@ -210,6 +220,19 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
         file_hashes=hashes, protected=protected, env=dict(spec.env), site_packages=site_packages,
         suite_seconds=sum(s.duration for s in suites) / len(suites),
     )
+
+
+def measure_project(backend: Backend, env: Healthy, project: Project, spec: BuildSpec, timeout: float,
+                    system: bool = True) -> tuple[HealthyState, list[Target]]:
+    """record_healthy plus what the backend sees beyond the project: probes derived from a
+    container (its CMD, HEALTHCHECK, ports), the system inventory, and the system and service
+    targets (with `system`). The local backend adds nothing."""
+    extra_probes = backend.derived_probes(env)
+    state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout,
+                           extra_probes=extra_probes, extra=backend.run_derived_probes if extra_probes else None)
+    inventory, targets = backend.backend_targets(env) if system else (None, [])
+    state.system = inventory
+    return state, targets
 
 
 def _expected_probes(probes: list[Probe], raws: list[dict[str, dict]]) -> list[Probe]:

@@ -21,15 +21,14 @@ import networkx as nx
 from miner import __version__
 from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
-from miner.healthy import SkipProject, record_healthy
+from miner.healthy import SkipProject, measure_project
 from miner.install import build_spec
 from miner.inverters.procedural import ProceduralInverter, enumerate_targets
 from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
 from miner.sandbox import get_backend
-from miner.sandbox.base import Backend, BuildError, Healthy, SandboxError
+from miner.sandbox.base import Backend, BuildError, SandboxError
 from miner.sources import FetchError, fetch, parse_repos
 from miner.store import Store
-from miner.testing import pytest_command
 from miner.validate import Context, healthy_manifest, validate
 
 Phase = Callable[[str, str], None]  # (project name, phase description)
@@ -125,12 +124,8 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
     env = backend.build(project, spec, store.root / "work" / project.key)
     phase("recording healthy state")
     timeout = float(project.source.overrides.get("timeout", options.timeout))
-    extra_probes = backend.derived_probes(env)
-    extra = backend.run_derived_probes if extra_probes else None
-    state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout,
-                           extra_probes=extra_probes, extra=extra)
-    system, extra_targets = backend.backend_targets(env) if options.system else (None, [])
-    state.system = system
+    state, extra_targets = measure_project(backend, env, project, spec, timeout, system=options.system)
+    extra = backend.run_derived_probes if any(p.kind in ("command", "http") for p in state.probes) else None
     report.suite_seconds = state.suite_seconds
     store.record_project(project.key, project.repo, project.commit, project.source.raw, project.source.origin,
                          "running", healthy=state)

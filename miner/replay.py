@@ -108,7 +108,7 @@ def replay(store: Store, task_id: str, say: Say, keep: bool = False, shell: bool
     say("rebuilding the healthy sandbox ...")
     project = fetch(task.source, store.root / "cache" / "sources")
     env = backend.build(project, build_spec(project, backend=backend.name), store.root / "work" / project.key)
-    extra = getattr(backend, "run_derived_probes", None)
+    extra = backend.run_derived_probes
     sandbox = backend.fork(env)
     try:
         say("applying the break step by step:")
@@ -127,7 +127,7 @@ def replay(store: Store, task_id: str, say: Say, keep: bool = False, shell: bool
                 sandbox.shell()
             fresh = backend.fork(env)
             run_steps(fresh, task.break_script, network=_network(task, "break"), say=lambda _: None)
-            sandbox, kept = fresh, sandbox
+            sandbox = fresh  # the broken one stays for the user (not closed)
         say("applying the fix:")
         fix = sandbox.run(task.fix_script, network=_network(task, "fix"), timeout=300)
         say(f"  exit {fix.exit_code}" + (f": {fix.output.strip()[-500:]}" if fix.exit_code else ""))

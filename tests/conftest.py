@@ -141,3 +141,19 @@ def summary_rows(output: str) -> dict[str, dict[str, str]]:
                 glue = "" if name == "project" else " "
                 rows[-1][name] = f"{rows[-1][name]}{glue}{cell}".strip()
     return {row["project"]: row for row in rows}
+
+
+def docker_reason() -> str | None:
+    """Why Docker tests cannot run here (no engine, no base image), or None."""
+    from miner import images
+    from miner.sandbox.base import BackendUnavailable
+
+    try:
+        client = images.docker_client(timeout=10)
+        images.resolve_base_image(client)
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None
+
+
+DOCKER_SKIP = docker_reason()

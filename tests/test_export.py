@@ -34,8 +34,9 @@ from miner.export.common import (
     pytest_args,
 )
 from miner.models import HealthyState, Task
-from miner.sandbox.base import BackendUnavailable
 from miner.store import Store
+
+from conftest import DOCKER_SKIP
 from miner.testing import parse_junit
 
 ASSETS = Path(__file__).resolve().parent.parent / "miner" / "assets"
@@ -54,18 +55,6 @@ FORCE_PASS = textwrap.dedent("""
 """)
 
 
-def docker_reason() -> str | None:
-    """Why Docker tests cannot run here, or None."""
-    try:
-        client = images.docker_client(timeout=10)
-    except BackendUnavailable as exc:
-        return str(exc)
-    if images.find_image(client, "miner/base:bookworm") is None:
-        return "the base image miner/base:bookworm is missing (miner images bootstrap)"
-    return None
-
-
-DOCKER_SKIP = docker_reason()
 needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker: {DOCKER_SKIP}")
 
 

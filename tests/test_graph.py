@@ -41,7 +41,7 @@ from miner.graph import (
     write_graph,
 )
 from miner.healthy import discover_probes
-from miner.models import Distribution, HealthyState, Outcome, Project, Source, Target, Task
+from miner.models import Distribution, HealthyState, Outcome, Probe, Project, Source, Target, Task
 from miner.store import Store
 from miner.testing import REPORT_FLAGS, parse_junit
 
@@ -415,6 +415,55 @@ def test_fixtures_hooks_and_folder_listings(tmp_path: Path) -> None:
     assert files("test_token") == files("test_dynamic") == {"data:tests/token.txt", "data:tests/cases.txt"}
 
 
+def test_main_block_runs_only_as_a_script_and_system_nodes(tmp_path: Path) -> None:
+    """`if __name__ == "__main__":` is not import-time code; a test running `python tool.py` (or a
+    probe running it) depends on it. With a system inventory, `import sqlite3` reaches the shared
+    library its extension loads and the Debian package owning it."""
+    project = write_project(tmp_path, {
+        "tool.py": """
+            import sys
+
+            def report():
+                import sqlite3
+                return sqlite3.connect(":memory:")
+
+            def settings():
+                return open("tool.ini").read()
+
+            if __name__ == "__main__":
+                report()
+            """,
+        "tool.ini": "[tool]\nx = 1\n",
+        "tests/test_tool.py": """
+            import subprocess, sys
+            import tool
+
+            def test_settings():
+                assert tool.settings()
+
+            def test_cli():
+                subprocess.run([sys.executable, "tool.py"], check=True)
+            """,
+    })
+    ext = "/usr/lib/python3.11/lib-dynload/_sqlite3.cpython-311-x86_64-linux-gnu.so"
+    system = {"libraries": {"libsqlite3.so.0": {"soname": "libsqlite3.so.0", "path": "/usr/lib/libsqlite3.so.0.8.6",
+                                                "used_by": [ext], "package": "libsqlite3-0:amd64"}},
+              "packages": {"libsqlite3-0:amd64": {"version": "3.40.1-2"}}, "import_loads": {"sqlite3": [ext]}}
+    ids = ["tests/test_tool.py::test_settings", "tests/test_tool.py::test_cli"]
+    healthy = HealthyState(repo="r", commit="c", backend="docker", test_command="pytest",
+                           outcomes={i: "passed" for i in ids + ["probe::cmd"]}, system=system,
+                           probes=[Probe(id="probe::cmd", kind="command", argv=["python3", "tool.py"])])
+    graph = build_graph(project, healthy)
+    library = Target(kind="syslib", name="libsqlite3.so.0")
+    assert predict(graph, library) == {"tests/test_tool.py::test_cli", "probe::cmd"}
+    assert predict(graph, Target(kind="debpkg", name="libsqlite3-0")) == predict(graph, library)
+    assert depth(graph, library, ["tests/test_tool.py::test_cli"]) == 4  # main -> report -> sqlite3 -> lib
+    assert graph.nodes["debpkg:libsqlite3-0"]["label"] == "libsqlite3-0 3.40.1-2"
+    # without the inventory the stdlib import is not drawn at all
+    plain = build_graph(project, healthy.model_copy(update={"system": None}))
+    assert "module:sqlite3" not in plain and "syslib:libsqlite3.so.0" not in plain
+
+
 # ---------------------------------------------------------------------------------------------
 # The graph of a small real project
 # ---------------------------------------------------------------------------------------------
@@ -490,8 +539,28 @@ def test_select_targets_prefers_partial_distinct_and_deep(stockapp: Built, stock
     assert radius["data:tests/data/rows.csv"] == {"tests/test_rows.py::test_rows"}
     assert select_targets(stock_graph, stockapp.healthy, targets, budget=None, seed=3) == chosen
     assert len(select_targets(stock_graph, stockapp.healthy, targets, budget=2, seed=3)) == 2
-    only_whole = select_targets(stock_graph, stockapp.healthy, [targets[2]], budget=None, seed=0)
-    assert [t.key for t, _, _ in only_whole] == ["distribution:pytest"]
+    # the test runner is never an inversion point, even when nothing else qualifies
+    assert select_targets(stock_graph, stockapp.healthy, [targets[2]], budget=None, seed=0) == []
+
+
+def test_whole_suite_targets_come_after_partial_ones(tmp_path: Path) -> None:
+    project = write_project(tmp_path, {
+        "app.py": 'import os\nMODE = os.environ.get("APP_MODE")\ndef rows():\n    return open("rows.csv").read()\n',
+        "rows.csv": "a,b\n",
+        "app.ini": "[app]\n",
+        "tests/test_app.py": "import app\n\ndef test_rows():\n    assert app.rows()\n\ndef test_mode():\n    assert app\n",
+    })
+    ids = ["tests/test_app.py::test_rows", "tests/test_app.py::test_mode"]
+    healthy = HealthyState(repo="r", commit="c", backend="local", test_command="pytest",
+                           outcomes={i: "passed" for i in ids})
+    graph = build_graph(project, healthy)
+    targets = [Target(kind="envvar", name="APP_MODE"), Target(kind="data", name="rows.csv", path="rows.csv"),
+               Target(kind="config", name="app.ini", path="app.ini")]
+    chosen = select_targets(graph, healthy, targets, budget=None, seed=0)
+    assert [(t.key, sorted(r)) for t, r, _ in chosen] == [
+        ("data:rows.csv", ["tests/test_app.py::test_rows"]),  # partial first
+        ("envvar:APP_MODE", ids[::-1]),  # read at import time: every test (still tried, last)
+    ]  # app.ini: nothing reads it
 
 
 def test_renderings(stock_graph: nx.DiGraph, tmp_path: Path) -> None:

@@ -24,25 +24,15 @@ from miner.models import Project, Source, Target
 from miner.sandbox.base import BackendUnavailable, BuildError, Limits
 from miner.testing import run_suite
 
+from conftest import DOCKER_SKIP
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "fixtures"
 
 pytestmark = pytest.mark.docker
 
 
-def _engine_reason() -> str | None:
-    try:
-        client = images.docker_client(timeout=10)
-    except BackendUnavailable as exc:
-        return str(exc)
-    try:
-        images.resolve_base_image(client)
-    except BackendUnavailable as exc:
-        return str(exc)
-    return None
-
-
-SKIP = _engine_reason()
+SKIP = DOCKER_SKIP
 if SKIP:
     pytestmark = [pytest.mark.docker, pytest.mark.skip(reason=SKIP)]
 

@@ -864,12 +864,14 @@ for folder, dirs, files in os.walk(project):
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                     names.add(node.module.split(".")[0])
 LOADER = """
-import importlib, json, sys
+import importlib, sys
 try:
     importlib.import_module(sys.argv[1])
 except BaseException:
     pass
-print("LOADED " + json.dumps(sorted({m.__file__ for m in list(sys.modules.values()) if (getattr(m, "__file__", None) or "").endswith(".so")})))
+files = sorted({m.__file__ for m in list(sys.modules.values()) if (getattr(m, "__file__", None) or "").endswith(".so")})
+import json  # after the measure: json's own extension is not the import's
+print("LOADED " + json.dumps(files))
 """
 # Each name in its own interpreter, so that what an import loads is known per name (the graph
 # links `import sqlite3` to libsqlite3 through _sqlite3's extension file).
