@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     status TEXT NOT NULL CHECK (status IN ('validated', 'rejected')),
     rule TEXT,
     detail TEXT NOT NULL DEFAULT '',
-    suite_runs INTEGER NOT NULL DEFAULT 0,
+    suite_runs REAL NOT NULL DEFAULT 0,  -- partial runs count as fractions
     seconds REAL NOT NULL DEFAULT 0,
     predicted_f2p_json TEXT,
     f2p_json TEXT NOT NULL DEFAULT '[]',
