@@ -21,7 +21,7 @@ import networkx as nx
 from miner import __version__
 from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
-from miner.healthy import SkipProject, measure_project
+from miner.healthy import RAW_KINDS, SkipProject, measure_project
 from miner.install import build_spec
 from miner.inverters.procedural import ProceduralInverter, enumerate_targets
 from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
@@ -125,7 +125,7 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
     phase("recording healthy state")
     timeout = float(project.source.overrides.get("timeout", options.timeout))
     state, extra_targets = measure_project(backend, env, project, spec, timeout, system=options.system)
-    extra = backend.run_derived_probes if any(p.kind in ("command", "http") for p in state.probes) else None
+    extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
     report.suite_seconds = state.suite_seconds
     store.record_project(project.key, project.repo, project.commit, project.source.raw, project.source.origin,
                          "running", healthy=state)
