@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import networkx as nx
 
@@ -32,6 +33,7 @@ from miner.store import Store
 from miner.validate import Context, healthy_manifest, validate
 
 Phase = Callable[[str, str], None]  # (project name, phase description)
+ADAPTIVE_POOL = 3  # graph selection renders budget x this many candidates to choose from
 
 
 @dataclass
@@ -135,11 +137,35 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
     ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
                   scan_roots=getattr(backend, "scan_roots", ("/sandbox",)))
     by_id = {t.id: t for t in types}
-    for number, inversion in enumerate(candidates, 1):
+    total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
+    for number, inversion in enumerate(_adaptive(candidates, options, lambda inv: store.candidate_rule(
+            inv.id_for(project))), 1):
         if options.max_tasks_per_repo is not None and report.validated >= options.max_tasks_per_repo:
             break
-        phase(f"candidate {number}/{len(candidates)}: {inversion.type_id} on {inversion.target.name}")
+        if number > total:
+            break
+        phase(f"candidate {number}/{total}: {inversion.type_id} on {inversion.target.name}")
         _try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph)
+
+
+def _adaptive(candidates: list[Inversion], options: CrawlOptions,
+              rule_of: Callable[[Inversion], str | None]) -> Iterator[Inversion]:
+    """The candidates in order; with graph selection, a target whose break reached no test
+    (`no-f2p`: the prediction was wrong for it) has its remaining candidates moved to the end.
+
+    The rule of each candidate is read from the store after it was tried (or when a resumed
+    crawl finds it there), so a resumed crawl takes the same course.
+    """
+    queue, deferred, missed = deque(candidates), deque(), set()
+    while queue or deferred:
+        from_queue = bool(queue)
+        inversion = queue.popleft() if from_queue else deferred.popleft()
+        if from_queue and options.select == "graph" and inversion.target.key in missed:
+            deferred.append(inversion)
+            continue
+        yield inversion
+        if rule_of(inversion) == "no-f2p":
+            missed.add(inversion.target.key)
 
 
 def choose_candidates(project: Project, state: HealthyState, types: list[InversionType],
@@ -159,7 +185,9 @@ def choose_candidates(project: Project, state: HealthyState, types: list[Inversi
     chosen = graphs.select_targets(graph, state, modelled, budget=None, seed=options.seed)
     radius = {target.key: (predicted, depth) for target, predicted, depth in chosen}
     ordered = [target for target, _, _ in chosen] + [t for t in targets if t.kind in graphs.UNMODELLED_KINDS]
-    candidates = inverter.candidates(project, state, targets=ordered, budget=options.budget)
+    # A larger pool than the budget: targets that miss give their turn to the next ones (_adaptive).
+    pool = None if options.budget is None else options.budget * ADAPTIVE_POOL
+    candidates = inverter.candidates(project, state, targets=ordered, budget=pool)
     for inversion in candidates:
         predicted, depth = radius.get(inversion.target.key, (None, None))
         inversion.predicted_f2p = sorted(predicted) if predicted is not None else None

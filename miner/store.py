@@ -330,6 +330,11 @@ class Store:
     def has_candidate(self, candidate_id: str) -> bool:
         return bool(self._query("SELECT 1 FROM candidates WHERE id = ?", (candidate_id,)))
 
+    def candidate_rule(self, candidate_id: str) -> str | None:
+        """The rule that rejected a stored candidate ("" when it was validated); None if not stored."""
+        rows = self._query("SELECT rule FROM candidates WHERE id = ?", (candidate_id,))
+        return (rows[0]["rule"] or "") if rows else None
+
     def record_candidate(self, project_key: str, cand: Candidate) -> None:
         """Record a validated or rejected candidate; recording the same id again updates it."""
         inv = cand.inversion
