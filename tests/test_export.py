@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import DOCKER_SKIP
 
 from miner import images
 from miner.check import Checker, read_config, read_file
@@ -35,8 +36,6 @@ from miner.export.common import (
 )
 from miner.models import HealthyState, Task
 from miner.store import Store
-
-from conftest import DOCKER_SKIP
 from miner.testing import parse_junit
 
 ASSETS = Path(__file__).resolve().parent.parent / "miner" / "assets"
@@ -615,12 +614,12 @@ def attack_target(store: Store, export_cache: Path, tmp_path_factory: pytest.Tem
     checker.client.images.remove(image, force=True)
 
 
-def in_sandbox(container, script: str) -> str:  # noqa: ANN001
+def in_sandbox(container, script: str) -> str:
     code, out = container.exec_run(["bash", "-c", f"source /sandbox/env.sh; cd /sandbox/project; {script}"])
     return out.decode(errors="replace")
 
 
-def naive_outcomes(container, ids: list[str]) -> dict[str, str]:  # noqa: ANN001
+def naive_outcomes(container, ids: list[str]) -> dict[str, str]:
     """What a naive verifier sees: the junit outcomes of a plain `python -m pytest IDS`."""
     quoted = " ".join(shlex.quote(i) for i in ids)
     in_sandbox(container, "python -m pytest -p no:cacheprovider -q -o junit_family=xunit1 "
@@ -629,7 +628,7 @@ def naive_outcomes(container, ids: list[str]) -> dict[str, str]:  # noqa: ANN001
     return {k: v.outcome for k, v in parse_junit(data).items()} if data else {}
 
 
-def naive_exit_code(container) -> int:  # noqa: ANN001
+def naive_exit_code(container) -> int:
     """The exit code of a plain whole-suite `python -m pytest` (what an exit-code verifier reads)."""
     return int(in_sandbox(container, "python -m pytest -p no:cacheprovider -q >/dev/null 2>&1; echo $?").split()[-1])
 
@@ -683,8 +682,13 @@ def test_reward_writer_left_running_is_killed(attack_target) -> None:
                                           "sleep 0.05; done' >/dev/null 2>&1 &"], detach=True)
         import time
 
-        time.sleep(1)
-        assert read_file(container, "/logs/verifier/reward.txt").strip() == b"1"  # control: the writer runs
+        seen = []
+        for _ in range(20):  # control: the writer runs (a read can fall between its truncate and write)
+            time.sleep(0.25)
+            seen.append(read_file(container, "/logs/verifier/reward.txt").strip())
+            if seen[-1] == b"1":
+                break
+        assert seen[-1] == b"1", seen
         result = checker.verify(container, folder, read_config(folder))
         time.sleep(1)
         assert result.reward == 0 and "killed" in result.output

@@ -15,6 +15,8 @@ import pytest
 from conftest import DOCKER_SKIP, FIXTURES, run_miner, write_repos
 
 from miner import graph as graphs
+from miner.check import check_tasks
+from miner.export.common import ExportOptions, export_tasks
 from miner.models import Task
 from miner.sources import fetch, parse_source
 from miner.store import Store
@@ -111,3 +113,92 @@ def test_a_system_task_replays(docker_store: Path) -> None:
     done = run_miner(docker_store, "replay", task.id, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "F2P matches the stored task" in done.stdout and "restored" in done.stdout
+
+
+# --- export of Dockerized projects' tasks ------------------------------------------------------
+
+IMAGE_PROBES = ("probe::cmd", "probe::healthcheck", "probe::http::")
+
+
+def checked_by_image_probes(task: Task) -> bool:
+    return any(t.startswith(IMAGE_PROBES) for t in task.f2p)
+
+
+@pytest.fixture(scope="module")
+def dockerized_export(docker_store: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Harbor folders of the Dockerized fixtures' tasks whose F2P holds a derived image probe: one
+    system task of each project and one service task, by "<fixture>:<family>"."""
+    chosen: dict[str, Task] = {}
+    for fixture in DOCKERIZED:
+        for task in tasks_of(docker_store, fixture):
+            if task.family in ("system", "service") and checked_by_image_probes(task):
+                chosen.setdefault(f"{fixture}:{task.family}", task)
+    assert set(chosen) >= {"docker-cli:system", "docker-service:system", "docker-service:service"}, sorted(chosen)
+    out = tmp_path_factory.mktemp("dockerized-harbor")
+    with Store(docker_store, create=False) as store:
+        summary = export_tasks(store, list(chosen.values()), "harbor", out,
+                               ExportOptions(cache_dir=tmp_path_factory.mktemp("dockerized-cache")))
+    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
+    names = {o.task_id: o.name for o in summary.outcomes}
+    return {key: out / names[task.id] for key, task in chosen.items()}
+
+
+def test_exported_dockerfile_rebuilds_the_projects_own_image(dockerized_export: dict[str, Path]) -> None:
+    folder = dockerized_export["docker-service:service"]
+    text = (folder / "environment" / "Dockerfile").read_text()
+    assert "FROM scratch AS miner-context" in text and "FROM miner-project AS healthy" in text
+    assert 'CMD ["python3", "server.py", "--config", "service.ini"]' in text
+    assert text.endswith("HEALTHCHECK NONE\n")  # harnesses wait for health; the verifier runs the check
+    image = json.loads((folder / "tests" / "manifest.json").read_text())["image"]
+    assert image["ports"] == [8000] and image["workdir"] == "/app" and image["healthcheck"]
+    spec = json.loads((folder / "tests" / "spec.json").read_text())
+    assert any(t.startswith("probe::http::") for t in spec["f2p"]), spec["f2p"]
+
+
+def test_exported_dockerized_tasks_check_out(dockerized_export: dict[str, Path]) -> None:
+    """Built from their own files: nop scores 0 (a derived image probe fails), the fix scores 1."""
+    results = check_tasks(list(dockerized_export.values()))
+    assert len(results) == len(dockerized_export)
+    for result in results:
+        assert result.ok, f"{result.name}: {result.reason}\n{result.oracle.output[-2000:] if result.oracle else ''}"
+        assert any(t.startswith(IMAGE_PROBES) for t in result.nop.failing), (result.name, result.nop.failing)
+
+
+def test_dockerized_tasks_export_to_every_format(docker_store: Path, dockerized_export: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    task_ids = [json.loads((f / "tests" / "spec.json").read_text())["task_id"] for f in dockerized_export.values()]
+    with Store(docker_store, create=False) as store:
+        tasks = [store.get_task(i) for i in task_ids]
+        cache = tmp_path / "cache"
+        tb1 = export_tasks(store, tasks, "terminal-bench", tmp_path / "tb1", ExportOptions(cache_dir=cache))
+        jsonl = export_tasks(store, tasks, "jsonl", tmp_path / "jsonl", ExportOptions(cache_dir=cache))
+    assert not tb1.failed and not jsonl.failed, [(o.task_id, o.reason) for o in tb1.failed + jsonl.failed]
+    for outcome in tb1.outcomes:
+        text = (tmp_path / "tb1" / outcome.name / "Dockerfile").read_text()
+        assert "FROM miner-project AS tools" in text and "ADD environment/project.tar.gz /" in text
+    records = [json.loads(line) for line in next((tmp_path / "jsonl").glob("*.jsonl")).read_text().splitlines()]
+    assert len(records) == len(tasks)
+    for record in records:  # built from a checkout of the project: its own COPY lines stay
+        assert "miner-context" not in record["dockerfile"] and "FROM miner-project AS healthy" in record["dockerfile"]
+
+
+@pytest.mark.harbor
+@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), ("nop", 0.0)])
+def test_harbor_scores_dockerized_tasks(dockerized_export: dict[str, Path], tmp_path: Path, agent: str,
+                                        expected: float) -> None:
+    """The reference harness on the system and service tasks: lint clean but for the shared verifier."""
+    from test_harbor import harbor, harbor_reason, rewards
+
+    if (why := harbor_reason()) is not None:
+        pytest.skip(why)
+    out = next(iter(dockerized_export.values())).parent
+    names = {folder.name: key for key, folder in dockerized_export.items()}
+    if agent == "oracle":
+        findings = json.loads(harbor("lint", *sorted(out / n for n in names), "--json", timeout=300).stdout)
+        assert {f["rule"] for f in findings} <= {"shared-verifier"}, findings
+    done = harbor("run", "-p", out, "-a", agent, "-o", tmp_path / "jobs", "-n", "2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = rewards(tmp_path / "jobs")
+    assert set(got) == set(names), (got, done.stdout[-2000:])
+    wrong = {f"{names[task]} ({task})": reward for task, reward in got.items() if reward != expected}
+    assert not wrong, f"{agent} should score {expected}: {wrong}"

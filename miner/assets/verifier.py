@@ -591,8 +591,13 @@ class Verifier:
         listing = os.path.join(self.work, "probes.json")
         with open(listing, "w", encoding="utf-8") as handle:
             json.dump(probes, handle)
+        argv = [sys.executable, "-I", os.path.join(HERE, "probe.py"), listing]
+        if self.manifest.get("image"):  # a Dockerized project: its CMD, ports and HEALTHCHECK
+            argv.append(os.path.join(self.work, "image.json"))
+            with open(argv[-1], "w", encoding="utf-8") as handle:
+                json.dump(self.manifest["image"], handle)
         try:
-            done = subprocess.run([sys.executable, "-I", os.path.join(HERE, "probe.py"), listing], cwd=self.project,
+            done = subprocess.run(argv, cwd=self.project,
                                   env=self.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=600,
                                   preexec_fn=drop_privileges)
             return json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])

@@ -39,7 +39,24 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from miner import __version__
-from miner.models import ENV_FILE, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, HealthyState, Project, Task, content_id
+from miner.export.dockerized import (
+    CONTEXT_ROOT,
+    CONTEXT_STAGE,
+    DockerfileError,
+    context_tarball,
+    image_config,
+    rewrite,
+)
+from miner.models import (
+    ENV_FILE,
+    PROJECT_DIR,
+    SANDBOX_ROOT,
+    VENV_DIR,
+    HealthyState,
+    Project,
+    Task,
+    content_id,
+)
 from miner.sandbox.base import BuildSpec
 
 DEFAULT_BASE_IMAGE = "miner/base:bookworm"
@@ -85,6 +102,7 @@ class TaskSource:
     spec: BuildSpec
     healthy: HealthyState | None
     name: str  # folder name and the part of the Harbor name after "ORG/"
+    dockerized: bool = False  # mined from the project's own Dockerfile (see miner.export.dockerized)
 
 
 # -- names, timeouts ----------------------------------------------------------------------------
@@ -122,12 +140,15 @@ def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def project_tarball(root: Path, prefix: str = "project") -> bytes:
-    """A deterministic .tar.gz of the project folder (sorted, mtime 0, root-owned, modes kept)."""
+def project_tarball(root: Path, prefix: str = "project", include: Callable[[str], bool] | None = None) -> bytes:
+    """A deterministic .tar.gz of the project folder (sorted, mtime 0, root-owned, modes kept);
+    `include` filters by project-relative path."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         tar.add(str(root), arcname=prefix, recursive=False, filter=_tar_filter)
         for path in sorted(_walk(root), key=lambda p: p.relative_to(root).as_posix()):
+            if include is not None and not include(path.relative_to(root).as_posix()):
+                continue
             tar.add(str(path), arcname=f"{prefix}/{path.relative_to(root).as_posix()}", recursive=False,
                     filter=_tar_filter)
     out = io.BytesIO()
@@ -174,11 +195,35 @@ bash -c 'source {env_file}; source {venv}/bin/activate; cd {project} && bash /sa
 """
 
 
+# The same for a Dockerized project, as sandbox.docker.DOCKERIZED lays it out: the image's WORKDIR
+# (the RUN's current folder) becomes /sandbox/project with a symlink left behind; the venv sees
+# the image's own packages; an image without Python gets an empty venv.
+BUILD_DOCKERIZED_SH = """#!/bin/bash
+# miner: lay out a Dockerized project's image as the Docker backend did when it validated the task.
+set -e
+mkdir -p {root} {home}
+wd="$(pwd)"
+if [ -n "$wd" ] && [ "$wd" != / ] && [ -d "$wd" ] && [ ! -e {project} ]; then mv "$wd" {project} && ln -s {project} "$wd"; fi
+if [ ! -e {project} ]; then mkdir -p {project}; cp -r /tmp/miner-project/. {project}/; fi
+rm -rf /tmp/miner-project
+install -m 0644 /sandbox/.build/env.sh {env_file}
+if command -v {python} >/dev/null 2>&1; then
+    {python} -m venv --system-site-packages {venv}
+    export PIP_NO_CACHE_DIR=1 PIP_CONSTRAINT=/sandbox/.build/constraints.txt
+    bash -c 'source {env_file}; source {venv}/bin/activate; cd {project} && bash /sandbox/.build/install.sh'
+else
+    mkdir -p {venv}/bin
+fi
+{venv}/bin/python -m compileall -q -j 0 {project} {venv}/lib >/dev/null 2>&1 || true
+"""
+
+
 def build_files(ts: TaskSource) -> dict[str, str]:
     """build/ of the context: what the healthy stage runs, removed again in the same layer."""
+    script = BUILD_DOCKERIZED_SH if ts.dockerized else BUILD_SH
     return {
-        "build/build.sh": BUILD_SH.format(python=shlex.quote(ts.spec.python), venv=VENV_DIR, env_file=ENV_FILE,
-                                          project=PROJECT_DIR, home=HOME_DIR),
+        "build/build.sh": script.format(python=shlex.quote(ts.spec.python), venv=VENV_DIR, env_file=ENV_FILE,
+                                        project=PROJECT_DIR, home=HOME_DIR, root=SANDBOX_ROOT),
         "build/install.sh": ts.spec.install_script or "true\n",
         "build/env.sh": render_env_file(ts.spec.env),
         "build/constraints.txt": constraints(ts.healthy),
@@ -206,33 +251,54 @@ def site_packages(ts: TaskSource) -> str:
     return path if path.startswith(VENV_DIR + "/") else SITE_PACKAGES
 
 
-def healthy_stage(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str = "") -> str:
-    """The Dockerfile text of the healthy stage; `prefix` is the context folder of the files."""
+def project_stages(ts: TaskSource, base_image: str, prefix: str = "", checkout: bool = False) -> tuple[str, str]:
+    """The stages before "healthy" and the one it builds on: none and the base image, or, for a
+    Dockerized project, its own Dockerfile rewritten (miner.export.dockerized) and its last stage."""
+    if not ts.dockerized:
+        return "", base_image
+    try:
+        return rewrite((ts.project.path / "Dockerfile").read_text(errors="replace"), base_image, prefix, checkout)
+    except DockerfileError as exc:
+        raise ExportError(f"cannot export the Dockerfile of {ts.task.repo}: {exc}") from None
+
+
+def healthy_stage(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str = "",
+                  tools_stage: str = "", checkout: bool = False) -> str:
+    """The Dockerfile text up to the healthy stage; `prefix` is the context folder of the files,
+    `tools_stage` (a template with {base}) a stage put between the base and the healthy stage, and
+    `checkout` says the build context is the project's checkout (see miner.export.jsonl)."""
     from miner.images import HOST_CA_NAME, HOST_CA_PATH
 
+    before, parent = project_stages(ts, base_image, prefix, checkout)
+    if tools_stage:
+        before, parent = before + tools_stage.format(base=parent), "tools"
     env = {
         "MINER_PROJECT": PROJECT_DIR, "MINER_VENV": VENV_DIR, "MINER_PYTHON": f"{VENV_DIR}/bin/python",
         "MINER_SITE_PACKAGES": site_packages(ts), "MINER_ENV_FILE": ENV_FILE, "VIRTUAL_ENV": VENV_DIR,
         "HOME": HOME_DIR, "LANG": "C.UTF-8",
         "PATH": f"{VENV_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     }
-    lines = [f"FROM {base_image} AS healthy", "USER root"]
+    if ts.dockerized:  # the image keeps its own locale, as in the backend
+        del env["LANG"]
+    lines = [f"FROM {parent} AS healthy", "USER root"]
     if pip.cert is not None:
         lines.append(f"COPY {prefix}{HOST_CA_NAME} {HOST_CA_PATH}")
     env |= pip.env
     lines.append("ENV " + " \\\n    ".join(f"{k}={json.dumps(v)}" for k, v in sorted(env.items())))
-    lines += [
-        f"ADD {prefix}project.tar.gz /sandbox/",
-        f"COPY {prefix}build/ /sandbox/.build/",
-        "RUN bash /sandbox/.build/build.sh && rm -rf /sandbox/.build",
-        f"WORKDIR {PROJECT_DIR}",
-    ]
-    return "\n".join(lines) + "\n"
+    if ts.dockerized:
+        lines.append("COPY . /tmp/miner-project/" if checkout else
+                     f"COPY --from={CONTEXT_STAGE} {CONTEXT_ROOT}/ /tmp/miner-project/")
+    else:
+        lines.append(f"ADD {prefix}project.tar.gz /sandbox/")
+    lines += [f"COPY {prefix}build/ /sandbox/.build/", "RUN bash /sandbox/.build/build.sh && rm -rf /sandbox/.build"]
+    if not ts.dockerized:  # a Dockerized project keeps its WORKDIR (a symlink to /sandbox/project)
+        lines.append(f"WORKDIR {PROJECT_DIR}")
+    return before + "\n".join(lines) + "\n"
 
 
 def dockerfile(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str = "",
-               pre_stage: str = "") -> str:
-    """The task's whole Dockerfile: the healthy stage, then the break layer."""
+               tools_stage: str = "") -> str:
+    """The task's whole Dockerfile: the healthy stage (see healthy_stage), then the break layer."""
     from miner.images import break_dockerfile
 
     header = (f"# miner task {ts.task.id}: {ts.task.type_id} on {ts.task.target.key}\n"
@@ -240,14 +306,26 @@ def dockerfile(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str 
     breaking = break_dockerfile("healthy", "break.sh")
     if prefix:
         breaking = breaking.replace("COPY break.sh ", f"COPY {prefix}break.sh ")
-    stage = healthy_stage(ts, base_image, pip, prefix)
-    return header + pre_stage + stage + "\n" + breaking + f"WORKDIR {PROJECT_DIR}\n"
+    stage = healthy_stage(ts, base_image, pip, prefix, tools_stage)
+    return header + stage + "\n" + breaking + final_lines(ts)
+
+
+# The harnesses keep a task's container alive with `sleep infinity` and wait for it to be healthy:
+# a Dockerized service's HEALTHCHECK would never pass there. The verifier runs it (manifest.json).
+DOCKERIZED_TAIL = "HEALTHCHECK NONE\n"
+
+
+def final_lines(ts: TaskSource) -> str:
+    """The last lines of a task's Dockerfile, after the break layer."""
+    return DOCKERIZED_TAIL if ts.dockerized else f"WORKDIR {PROJECT_DIR}\n"
 
 
 def environment_files(ts: TaskSource, pip: PipForwarding, tarball: bytes) -> dict[str, bytes]:
     """The build context files (without the Dockerfile)."""
     from miner.images import HOST_CA_NAME
 
+    if ts.dockerized:
+        tarball = context_tarball(ts.project.path, tarball)
     files = {"project.tar.gz": tarball, "break.sh": ts.task.break_script.encode()}
     files |= {k: v.encode() for k, v in build_files(ts).items()}
     if pip.cert is not None:
@@ -273,7 +351,7 @@ COLLECT = (
 class ManifestCache:
     """Healthy manifests by build-context hash: memory, then disk, then a build in Docker."""
 
-    def __init__(self, folder: Path, client=None) -> None:  # noqa: ANN001 - a docker.DockerClient
+    def __init__(self, folder: Path, client=None) -> None:
         self.folder = Path(folder)
         self.client = client
         self.memory: dict[str, dict] = {}
@@ -297,7 +375,7 @@ class ManifestCache:
         self.memory[key] = manifest
         return manifest
 
-    def _client(self):  # noqa: ANN202
+    def _client(self):
         if self.client is None:
             from miner.images import docker_client
 
@@ -311,19 +389,32 @@ class ManifestCache:
 
         client = self._client()
         tag = f"miner/export-healthy:{key}"
+        image = None
         with tempfile.TemporaryDirectory(prefix="miner-export-") as tmp:
             write_files(Path(tmp), context | {"Dockerfile": stage.encode()})
+            project_stage = HEALTHY_PARENT.search(stage) if f" AS {CONTEXT_STAGE}\n" in stage else None
+            if project_stage:  # a Dockerized project: its image's CMD, ports, ... for the probes
+                image = image_config(build_stage(client, Path(tmp), f"{tag}-project", labels("healthy", export="1"),
+                                                 target=project_stage.group(1)).attrs)
             build_stage(client, Path(tmp), tag, labels("healthy", export="1"))
         self.built += 1
-        return run_collector(client, tag)
+        manifest = run_collector(client, tag)
+        return manifest | {"image": image} if image is not None else manifest
 
 
-def build_stage(client, context: Path, tag: str, image_labels: dict[str, str]) -> None:  # noqa: ANN001
-    """Build a context folder's Dockerfile; ExportError with the log tail on failure."""
+# The stage the healthy stage builds on (for a Dockerized project: the project's own last stage).
+HEALTHY_PARENT = re.compile(r"^FROM (\S+) AS healthy$", re.MULTILINE)
+
+
+def build_stage(client, context: Path, tag: str, image_labels: dict[str, str],
+                target: str | None = None):
+    """Build a context folder's Dockerfile (up to stage `target`); ExportError with the log tail on failure."""
     import docker.errors
 
     try:
-        client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False, labels=image_labels)
+        image, _ = client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False,
+                                       labels=image_labels, target=target)
+        return image
     except docker.errors.BuildError as exc:
         lines = [c.get("stream", "") or c.get("error", "") for c in exc.build_log]
         tail = "".join(lines).strip().splitlines()[-15:]
@@ -332,7 +423,7 @@ def build_stage(client, context: Path, tag: str, image_labels: dict[str, str]) -
         raise ExportError(f"the healthy environment does not build: {exc.explanation or exc}") from None
 
 
-def run_collector(client, image: str) -> dict:  # noqa: ANN001
+def run_collector(client, image: str) -> dict:
     """The verifier's --collect output in a fresh, network-less container of `image`."""
     from miner.images import labels, tar_one
 
@@ -547,20 +638,21 @@ def place_tree(dest: Path, files: dict[str, bytes | str], overwrite: bool) -> st
 class SourceLoader:
     """Fetches each task's project once (at the mined commit) and builds its BuildSpec."""
 
-    def __init__(self, store, cache: Path) -> None:  # noqa: ANN001 - miner.store.Store
+    def __init__(self, store, cache: Path) -> None:
         self.store = store
         self.cache = cache
         self.projects: dict[tuple[str, str], tuple[Project, BuildSpec, HealthyState | None]] = {}
 
     def load(self, task: Task) -> TaskSource:
-        if any(p.kind in ("command", "http") for p in task.probes if p.id in set(task.f2p + task.p2p)):
-            raise ExportError("the task checks a Dockerized project's CMD or service, which the exported "
-                              "verifier cannot run yet")
         key = (task.repo, task.commit)
         if key not in self.projects:
             self.projects[key] = self._fetch(task)
         project, spec, healthy = self.projects[key]
-        return TaskSource(task=task, project=project, spec=spec, healthy=healthy, name=task_slug(task))
+        dockerized = task.backend == "docker" and (project.path / "Dockerfile").is_file()
+        if not dockerized and any(p.kind in ("command", "http") for p in task.probes if p.id in set(task.f2p + task.p2p)):
+            raise ExportError("the task checks an image's CMD or service but its project has no Dockerfile")
+        return TaskSource(task=task, project=project, spec=spec, healthy=healthy, name=task_slug(task),
+                          dockerized=dockerized)
 
     def _fetch(self, task: Task) -> tuple[Project, BuildSpec, HealthyState | None]:
         from miner.install import build_spec
@@ -575,9 +667,6 @@ class SourceLoader:
             raise ExportError(f"cannot fetch {task.repo}: {exc}") from None
         if project.commit != task.commit:
             raise ExportError(f"{task.repo} is now at {project.commit[:12]}, the task was mined at {task.commit[:12]}")
-        if task.backend == "docker" and (project.path / "Dockerfile").is_file():
-            raise ExportError(f"{task.repo} was mined from its own Dockerfile; exporting Dockerized projects "
-                              "is not supported yet")
         healthy = self.store.healthy(content_id(task.repo, task.commit, task.source.overrides))
         try:
             spec = build_spec(project, backend="docker")
@@ -586,7 +675,7 @@ class SourceLoader:
         return project, spec, healthy
 
 
-def select_tasks(store, types: Iterable[str] = (), repo: str | None = None,  # noqa: ANN001
+def select_tasks(store, types: Iterable[str] = (), repo: str | None = None,
                  difficulty: str | None = None, limit: int | None = None) -> list[Task]:
     """Stored tasks matching any of the types (exact id or family), the repo and difficulty; oldest first."""
     chosen: dict[str, Task] = {}
@@ -633,8 +722,8 @@ def tree_bytes(files: dict[str, bytes | str]) -> int:
     return sum(len(v) for v in files.values())
 
 
-def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportOptions,  # noqa: ANN001
-                 on_task: Progress | None = None, client=None) -> ExportSummary:  # noqa: ANN001
+def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportOptions,
+                 on_task: Progress | None = None, client=None) -> ExportSummary:
     """Export tasks to `out` in one format; a task that cannot be exported is reported, not fatal."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -26,6 +26,7 @@ from miner.export.common import (
     PipForwarding,
     TaskSource,
     build_files,
+    final_lines,
     healthy_stage,
 )
 from miner.images import break_dockerfile
@@ -43,7 +44,7 @@ def _write_line(files: dict[str, str], folder: str) -> str:
 
 def checkout_dockerfile(ts: TaskSource, options: ExportOptions) -> str:
     """A Dockerfile whose build context is the project checkout itself (no other files needed)."""
-    stage = healthy_stage(ts, options.base_image, PipForwarding())
+    stage = healthy_stage(ts, options.base_image, PipForwarding(), checkout=True)
     lines = []
     for line in stage.splitlines():
         if line.startswith("ADD ") and "project.tar.gz" in line:
@@ -51,13 +52,14 @@ def checkout_dockerfile(ts: TaskSource, options: ExportOptions) -> str:
         elif line.startswith("COPY ") and "build/" in line:
             lines.append(_write_line(build_files(ts), "/sandbox/.build"))
         elif line.startswith("RUN bash /sandbox/.build/build.sh"):
-            lines.append(f"RUN rm -rf {PROJECT_DIR}/.git && bash /sandbox/.build/build.sh && rm -rf /sandbox/.build")
+            lines.append(f"RUN bash /sandbox/.build/build.sh && rm -rf {PROJECT_DIR}/.git /sandbox/.build" if ts.dockerized
+                         else f"RUN rm -rf {PROJECT_DIR}/.git && bash /sandbox/.build/build.sh && rm -rf /sandbox/.build")
         else:
             lines.append(line)
     breaking = break_dockerfile("healthy", "break.sh").replace(
         "COPY break.sh /tmp/break.sh\n", _write_line({"break.sh": ts.task.break_script}, "/tmp") + "\n")
     header = f"# miner task {ts.task.id}: build context = a checkout of {ts.task.repo} at {ts.task.commit}\n"
-    return header + "\n".join(lines) + "\n\n" + breaking + f"WORKDIR {PROJECT_DIR}\n"
+    return header + "\n".join(lines) + "\n\n" + breaking + final_lines(ts)
 
 
 def task_record(ts: TaskSource, options: ExportOptions, pip: PipForwarding | None = None) -> dict:

@@ -106,8 +106,7 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
-    pre = TOOLS_STAGE.format(base=options.base_image)
-    text = dockerfile(ts, "tools", pip, prefix="environment/", pre_stage=pre)
+    text = dockerfile(ts, options.base_image, pip, prefix="environment/", tools_stage=TOOLS_STAGE)
     files: dict[str, bytes] = {
         "task.yaml": task_yaml(ts).encode(),
         "Dockerfile": text.encode(),
