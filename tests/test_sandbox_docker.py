@@ -335,6 +335,7 @@ CASES = [
     ("system/syslib-corrupt", "docker-cli", "syslib", "libsqlite3.so.0", "tests/test_report.py::test_totals_per_region"),
     ("system/debpkg-remove", "docker-cli", "debpkg", "libsqlite3-0", "tests/test_report.py::test_totals_per_region"),
     ("system/ld-library-path", "docker-cli", "syslib", "libsqlite3.so.0", "tests/test_report.py::test_totals_per_region"),
+    ("system/ld-so-conf", "docker-cli", "syslib", "libsqlite3.so.0", "tests/test_report.py::test_totals_per_region"),
     ("system/ca-bundle-empty", "docker-cli", "system", "ca-bundle", "tests/test_report.py::test_trust_store_has_authorities"),
     ("system/locale-removed", "docker-cli", "system", "locale:C.utf8", "tests/test_report.py::test_locale_is_available"),
     ("system/zoneinfo-removed", "docker-cli", "system", "zoneinfo:Europe/Paris",
