@@ -11,6 +11,7 @@ type, its summary or a line of the fix script are dropped.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -54,12 +55,41 @@ def plain_test_command(command: str) -> str:
 
 
 def probe_command(probe: Probe) -> str:
-    """The shell command a derived probe runs."""
+    """The shell command a derived probe runs (for a service: start it, then ask it)."""
     if probe.kind == "import" and probe.module:
         return f"python -c {shlex.quote('import ' + probe.module)}"
     if probe.kind == "http" and probe.url:
-        return f"curl -fsS {shlex.quote(probe.url)}"
-    return shlex.join(probe.argv)
+        fetch = "python3 -c " + shlex.quote(
+            f"import urllib.request; print(urllib.request.urlopen({json.dumps(probe.url)}, timeout=10).read().decode())")
+        return f"{shlex.join(probe.argv)} &\nsleep 3\n{fetch}" if probe.argv else fetch
+    return healthcheck_command(probe.argv) or shlex.join(probe.argv)
+
+
+def healthcheck_command(test: list[str]) -> str | None:
+    """A Docker HEALTHCHECK test (["CMD-SHELL", cmd] or ["CMD", argv...]) as a shell command."""
+    if len(test) >= 2 and test[0] == "CMD-SHELL":
+        return test[1]
+    if len(test) >= 2 and test[0] == "CMD":
+        return shlex.join(test[1:])
+    return None
+
+
+def image_checks(task: Task, probes: dict[str, Probe]) -> str:
+    """A sentence on what the verifier checks of a Dockerized project's own image, or ""."""
+    checked = {p.id: p for p in probes.values() if p.id in set(task.f2p + task.p2p)}
+    parts = []
+    if "probe::cmd" in checked:
+        parts.append(f"its command (`{shlex.join(checked['probe::cmd'].argv)}`) must print what it printed "
+                     "and exit as it did")
+    for probe in (p for key, p in sorted(checked.items()) if key.startswith("probe::http::") and p.url):
+        who = f"`{shlex.join(probe.argv)}`" if probe.argv else "its service"
+        parts.append(f"{who}, started there, must answer `GET {probe.url}` as it did")
+    if "probe::healthcheck" in checked:
+        parts.append(f"its health check (`{probe_command(checked['probe::healthcheck'])}`) must pass as it did")
+    if not parts:
+        return ""
+    return (f"The container's own behaviour is checked as well, run in `{PROJECT_DIR}`: "
+            + "; ".join(parts) + ".")
 
 
 ERROR_LINE = re.compile(r"\b\w*(Error|Exception|Exit|Denied)\b")
@@ -126,8 +156,8 @@ def _outcome_words(outcome: str) -> str:
     }.get(outcome, "now fails")
 
 
-def render_instruction(symptom: Symptom, test_command: str) -> str:
-    """The markdown instruction for one symptom."""
+def render_instruction(symptom: Symptom, test_command: str, also_checked: str = "") -> str:
+    """The markdown instruction for one symptom; `also_checked` names the image checks (image_checks)."""
     others = symptom.failing - 1
     also = f"; {others} other check{'s' if others != 1 else ''} that used to pass fail{'' if others != 1 else 's'} too"
     parts = [
@@ -149,6 +179,7 @@ def render_instruction(symptom: Symptom, test_command: str) -> str:
         f"(`{test_command}`, run in `{PROJECT_DIR}`) passes again. The project uses the Python of the "
         f"virtual environment in `{VENV_DIR}`.",
         "",
+        *([also_checked, ""] if also_checked else []),
         "Rules:",
         "",
         "- Do not modify the project's source code or its tests: they are checked and must stay "
@@ -163,4 +194,6 @@ def render_instruction(symptom: Symptom, test_command: str) -> str:
 def write_instruction(task: Task, candidate: Candidate, healthy: HealthyState) -> str:
     """The instruction.md text of a validated task, from its candidate's broken run."""
     symptom = observed_symptom(task, candidate, healthy)
-    return render_instruction(symptom, plain_test_command(task.test_command or healthy.test_command))
+    probes = {p.id: p for p in [*healthy.probes, *task.probes]}
+    return render_instruction(symptom, plain_test_command(task.test_command or healthy.test_command),
+                              image_checks(task, probes))

@@ -74,12 +74,18 @@ def test_lint_reports_only_the_shared_verifier(dataset) -> None:
     assert len(findings) == len(names)  # one shared-verifier note a task, nothing else
 
 
-@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), ("nop", 0.0)])
-def test_run_scores_every_family(dataset, tmp_path: Path, agent: str, expected: float) -> None:
-    out, names = dataset
-    done = harbor("run", "-p", out, "-a", agent, "-o", tmp_path / "jobs", "-n", "2")
+def assert_run_scores(out: Path, names: dict[str, str], agent: str, expected: float, jobs: Path) -> None:
+    """`harbor run` of every task folder in `out` with `agent`: each task (by folder name, labelled
+    by `names`) has one trial and scores `expected`."""
+    done = harbor("run", "-p", out, "-a", agent, "-o", jobs, "-n", "2")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    got = rewards(tmp_path / "jobs")
+    got = rewards(jobs)
     assert set(got) == set(names), (got, done.stdout[-2000:])
     wrong = {f"{names[task]} ({task})": reward for task, reward in got.items() if reward != expected}
     assert not wrong, f"{agent} should score {expected}: {wrong}"
+
+
+@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), ("nop", 0.0)])
+def test_run_scores_every_family(dataset, tmp_path: Path, agent: str, expected: float) -> None:
+    out, names = dataset
+    assert_run_scores(out, names, agent, expected, tmp_path / "jobs")

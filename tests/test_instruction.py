@@ -161,3 +161,23 @@ def test_no_failing_check_is_an_error():
     candidate.f2p = []
     with pytest.raises(ValueError):
         write_instruction(task, candidate, healthy)
+
+
+def test_a_dockerized_projects_image_checks_are_named_without_the_answer():
+    """A service's HTTP answer and health check are checked by the verifier: the agent is told how
+    to run them (start the image's command, then ask it), never what broke."""
+    http = Probe(id="probe::http::8000/", kind="http", url="http://127.0.0.1:8000/",
+                 argv=["python3", "server.py", "--config", "service.ini"], expected_exit=200)
+    health = Probe(id="probe::healthcheck", kind="command", argv=["CMD-SHELL", "python3 check.py"], expected_exit=0)
+    task, candidate, healthy = make("config/wrong-type", "ConnectionRefusedError: [Errno 111] Connection refused",
+                                    f2p=(http.id,), probes=[http, health])
+    task = task.model_copy(update={"p2p": [*task.p2p, health.id]})
+    symptom = observed_symptom(task, candidate, healthy)
+    assert symptom.command.splitlines()[0] == "python3 server.py --config service.ini &"
+    assert 'urlopen("http://127.0.0.1:8000/", timeout=10)' in symptom.command.splitlines()[-1]
+    assert probe_command(health) == "python3 check.py"
+    text = write_instruction(task, candidate, healthy)
+    assert "`python3 server.py --config service.ini`, started there, must answer `GET http://127.0.0.1:8000/`" in text
+    assert "health check (`python3 check.py`)" in text
+    plain, c2, h2 = make("config/wrong-type", "ValueError: bad width")
+    assert "container's own behaviour" not in write_instruction(plain, c2, h2)

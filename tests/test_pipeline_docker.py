@@ -75,6 +75,9 @@ def test_service_tasks_are_verified_by_derived_http_probes(docker_store: Path) -
         derived = [t for t in task.f2p if t.startswith("probe::http::") or t == "probe::healthcheck"]
         assert derived, (task.type_id, task.f2p)
         assert {p.id for p in task.probes} >= set(derived)
+        # the agent is told that the service's answer is checked, and how to ask it
+        assert "`python3 server.py --config service.ini`, started there, must answer `GET http://127.0.0.1:8000/`" \
+            in task.instruction, task.instruction
 
 
 def test_healthy_state_holds_the_system_and_only_what_the_image_has(docker_store: Path) -> None:
@@ -161,7 +164,11 @@ def test_exported_dockerized_tasks_check_out(dockerized_export: dict[str, Path])
     assert len(results) == len(dockerized_export)
     for result in results:
         assert result.ok, f"{result.name}: {result.reason}\n{result.oracle.output[-2000:] if result.oracle else ''}"
-        assert any(t.startswith(IMAGE_PROBES) for t in result.nop.failing), (result.name, result.nop.failing)
+        # Without the fix a derived image probe fails, unless the break took the interpreter the
+        # verifier runs on (system/interpreter-*): then test.sh refuses before any check runs.
+        refused = "is not the healthy interpreter: reward 0" in result.nop.output
+        assert refused or any(t.startswith(IMAGE_PROBES) for t in result.nop.failing), (
+            result.name, result.nop.failing, result.nop.output[-1000:])
 
 
 def test_dockerized_tasks_export_to_every_format(docker_store: Path, dockerized_export: dict[str, Path],
@@ -187,7 +194,7 @@ def test_dockerized_tasks_export_to_every_format(docker_store: Path, dockerized_
 def test_harbor_scores_dockerized_tasks(dockerized_export: dict[str, Path], tmp_path: Path, agent: str,
                                         expected: float) -> None:
     """The reference harness on the system and service tasks: lint clean but for the shared verifier."""
-    from test_harbor import harbor, harbor_reason, rewards
+    from test_harbor import assert_run_scores, harbor, harbor_reason
 
     if (why := harbor_reason()) is not None:
         pytest.skip(why)
@@ -196,9 +203,4 @@ def test_harbor_scores_dockerized_tasks(dockerized_export: dict[str, Path], tmp_
     if agent == "oracle":
         findings = json.loads(harbor("lint", *sorted(out / n for n in names), "--json", timeout=300).stdout)
         assert {f["rule"] for f in findings} <= {"shared-verifier"}, findings
-    done = harbor("run", "-p", out, "-a", agent, "-o", tmp_path / "jobs", "-n", "2")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    got = rewards(tmp_path / "jobs")
-    assert set(got) == set(names), (got, done.stdout[-2000:])
-    wrong = {f"{names[task]} ({task})": reward for task, reward in got.items() if reward != expected}
-    assert not wrong, f"{agent} should score {expected}: {wrong}"
+    assert_run_scores(out, names, agent, expected, tmp_path / "jobs")

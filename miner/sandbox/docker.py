@@ -702,7 +702,7 @@ def docker_probes(sandbox: Sandbox) -> list[Probe]:
         if probe_id.startswith("probe::http::"):
             port = int(probe_id.split("::")[2].rstrip("/"))
             probes.append(Probe(id=probe_id, kind="http", url=f"http://127.0.0.1:{port}/",
-                                expected_exit=code, expected_digest=dig))
+                                argv=sandbox.image_command(), expected_exit=code, expected_digest=dig))
         elif probe_id == "probe::cmd":
             probes.append(Probe(id=probe_id, kind="command", argv=sandbox.image_command(),
                                 expected_exit=code, expected_digest=dig))
