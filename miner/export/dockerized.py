@@ -25,6 +25,8 @@ from pathlib import Path
 
 from docker.utils.build import exclude_paths
 
+from miner.sandbox.docker import image_facts
+
 PROJECT_STAGE = "miner-project"
 CONTEXT_STAGE = "miner-context"
 CONTEXT_ROOT = "/project"
@@ -139,16 +141,6 @@ def context_tarball(root: Path, tarball: bytes) -> bytes:
 
 
 def image_config(attrs: dict) -> dict:
-    """What the verifier needs of the project image's config to run its derived probes."""
-    config = attrs.get("Config") or {}
-    ports = sorted(int(spec.split("/")[0]) for spec in (config.get("ExposedPorts") or {})
-                   if spec.split("/")[0].isdigit() and spec.partition("/")[2] in ("", "tcp"))
-    test = list((config.get("Healthcheck") or {}).get("Test") or [])
-    return {
-        "command": list(config.get("Entrypoint") or []) + list(config.get("Cmd") or []),
-        "workdir": config.get("WorkingDir") or "/",
-        "user": config.get("User") or "root",
-        "ports": ports,
-        "healthcheck": test if test and test[0] != "NONE" else [],
-    }
-
+    """What the verifier needs of the project image's config to run its derived probes (as the
+    Docker backend reads it: miner.sandbox.docker.image_facts)."""
+    return image_facts(attrs.get("Config") or {})

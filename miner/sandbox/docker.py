@@ -209,6 +209,24 @@ def _image_config(image: Any) -> dict[str, Any]:
     return {key: config.get(key) for key in IMAGE_CONFIG_KEYS}
 
 
+def image_facts(config: dict[str, Any]) -> dict[str, Any]:
+    """What running a Dockerized project's image needs of its config (Docker's "Config" keys):
+    command (ENTRYPOINT + CMD), workdir, user, EXPOSEd TCP ports, HEALTHCHECK test ([] if none)."""
+    ports = []
+    for spec in (config.get("ExposedPorts") or {}):
+        number, _, proto = spec.partition("/")
+        if (proto or "tcp") == "tcp" and number.isdigit():
+            ports.append(int(number))
+    test = list((config.get("Healthcheck") or {}).get("Test") or [])
+    return {
+        "command": list(config.get("Entrypoint") or []) + list(config.get("Cmd") or []),
+        "workdir": config.get("WorkingDir") or "/",
+        "user": config.get("User") or "root",
+        "ports": sorted(ports),
+        "healthcheck": test if test and test[0] != "NONE" else [],
+    }
+
+
 class DockerBackend(Backend):
     """Healthy images built once per project, forked into confined throwaway containers."""
 
@@ -539,27 +557,23 @@ class DockerSandbox(Sandbox):
     # -- the image's own service or command (Dockerized projects) -------------------------
 
     @property
-    def config(self) -> dict[str, Any]:
-        return self.healthy.info.get("config") or {}
+    def image(self) -> dict[str, Any]:
+        """The image's command, workdir, user, ports and health check (see image_facts)."""
+        return image_facts(self.healthy.info.get("config") or {})
 
     def image_command(self) -> list[str]:
         """The image's ENTRYPOINT + CMD as one argv (empty when it has neither)."""
-        return list(self.config.get("Entrypoint") or []) + list(self.config.get("Cmd") or [])
+        return self.image["command"]
 
     def ports(self) -> list[int]:
         """EXPOSEd TCP ports of the image."""
-        found = []
-        for spec in (self.config.get("ExposedPorts") or {}):
-            number, _, proto = spec.partition("/")
-            if (proto or "tcp") == "tcp" and number.isdigit():
-                found.append(int(number))
-        return sorted(found)
+        return self.image["ports"]
 
     def image_user(self) -> str:
-        return self.config.get("User") or "root"
+        return self.image["user"]
 
     def image_workdir(self) -> str:
-        return self.config.get("WorkingDir") or "/"
+        return self.image["workdir"]
 
     def run_image_command(self, timeout: float = PROBE_TIMEOUT) -> tuple[int, str]:
         """Run the image's CMD once, as the image would (its user and workdir), env file sourced."""
@@ -625,8 +639,8 @@ class DockerSandbox(Sandbox):
 
     def healthcheck(self, timeout: float = 30.0) -> tuple[int, str] | None:
         """Run the image's HEALTHCHECK test once, as Docker would: (exit code, output), or None."""
-        test = list((self.config.get("Healthcheck") or {}).get("Test") or [])
-        if not test or test[0] == "NONE":
+        test = self.image["healthcheck"]
+        if not test:
             return None
         argv = ["/bin/sh", "-c", test[1]] if test[0] == "CMD-SHELL" else test[1:] if test[0] == "CMD" else test
         code, out, _ = self._exec(self._timed(argv, timeout), timeout=timeout, user=self.image_user(),
@@ -707,8 +721,7 @@ def docker_probes(sandbox: Sandbox) -> list[Probe]:
             probes.append(Probe(id=probe_id, kind="command", argv=sandbox.image_command(),
                                 expected_exit=code, expected_digest=dig))
         else:
-            test = list((sandbox.config.get("Healthcheck") or {}).get("Test") or [])
-            probes.append(Probe(id=probe_id, kind="command", argv=test, expected_exit=code))
+            probes.append(Probe(id=probe_id, kind="command", argv=sandbox.image["healthcheck"], expected_exit=code))
     return sorted(probes, key=lambda p: p.id)
 
 
