@@ -12,6 +12,7 @@ __pycache__ folders are left out: the host interpreter running miner writes them
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -159,19 +160,37 @@ def sandbox_env(tmp_path: Path) -> Healthy:
                    info={"workdir": str(tmp_path / "work"), "limits": asdict(limits)})
 
 
+@contextlib.contextmanager
+def wipe_target(box) -> Iterator[tuple[Path, Path]]:
+    """The host folder the hostile script tries to delete, and a file in it that must survive:
+    this repository, or, when the sandbox cannot see it (a clone under /tmp, which the sandbox
+    replaces with its own), a folder made for the purpose in $HOME, which it sees read-only."""
+    if box.run(f"test -d {REPO_ROOT / 'fixtures'}", timeout=60).exit_code == 0:
+        yield REPO_ROOT, REPO_ROOT / "fixtures" / "inventory-app"
+        return
+    target = HOME / f".miner-victim-{uuid.uuid4().hex[:8]}"
+    (target / "keep").mkdir(parents=True)
+    try:
+        assert box.run(f"test -d {target / 'keep'}", timeout=60).exit_code == 0, "the sandbox does not see $HOME"
+        yield target, target / "keep"
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
 def test_a_hostile_break_script_fails_harmlessly(sandbox_env: Healthy) -> None:
     backend = LocalBackend()
     canary = HOME / f".miner-canary-{uuid.uuid4().hex[:8]}"
     passwd = Path("/etc/passwd").read_bytes()
     fixture_before = content_snapshot(FIXTURES / "inventory-app")
-    with backend.fork(sandbox_env) as box:
-        # Only go on to `rm -rf` the repository once a harmless write there has been refused.
-        probe = REPO_ROOT / f".miner-probe-{uuid.uuid4().hex[:8]}"
+    with backend.fork(sandbox_env) as box, wipe_target(box) as (target, witness):
+        # Only go on to `rm -rf` the target once a harmless write there has been refused.
+        probe = target / f".miner-probe-{uuid.uuid4().hex[:8]}"
         tried = box.run(f"touch {probe}", timeout=60)
         assert tried.exit_code != 0 and not probe.exists(), "the sandbox can write to the host: stopping here"
 
-        wipe = box.run(f"rm -rf {REPO_ROOT}; echo rm-exit=$?", timeout=300)
+        wipe = box.run(f"rm -rf {target}; echo rm-exit=$?", timeout=300)
         assert "rm-exit=0" not in wipe.output and "Read-only file system" in wipe.output
+        assert witness.exists()
         assert (REPO_ROOT / "fixtures" / "inventory-app").is_dir()
 
         write = box.run(f"echo x > /etc/passwd; echo passwd-exit=$?; echo x > {canary}; echo canary-exit=$?",
