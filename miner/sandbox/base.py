@@ -37,6 +37,27 @@ class BackendUnavailable(SandboxError):
     """The backend cannot run on this machine (no engine, no bwrap, ...)."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend is, declared instead of probed for with getattr.
+
+    scan_roots    the roots a break may touch: the answer-leak rule (6) looks for copies of what
+                  a break changed under all of them
+    scan_exclude  paths under those roots that are never scanned (pseudo-filesystems, miner's own
+                  scratch folder)
+    network_cut   commands run with no network unless a step asks for it
+    cow_forks     forks are copy-on-write (cheap) rather than full copies
+    system        the backend sees and may break what lies beneath the project (shared libraries,
+                  Debian packages, the interpreter, services): the system and service families
+    """
+
+    scan_roots: tuple[str, ...] = ("/sandbox",)
+    scan_exclude: tuple[str, ...] = ("/sandbox/.miner",)
+    network_cut: bool = True
+    cow_forks: bool = False
+    system: bool = False
+
+
 @dataclass
 class Limits:
     """Resource limits applied to every command."""
@@ -109,6 +130,11 @@ class Backend(abc.ABC):
     """A way to build and fork sandboxes."""
 
     name: str
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend is (see Capabilities)."""
+        return Capabilities()
 
     @abc.abstractmethod
     def build(self, project: Project, spec: BuildSpec, workdir: Path) -> Healthy:
