@@ -287,9 +287,13 @@ def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) 
 @click.option("--select", type=click.Choice(["graph", "random"]), default="graph", show_default=True,
               help="Graph-guided choice of inversion points, or blind.")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per test-suite run.")
+@click.option("--catalogue-dir", "catalogue_dirs", multiple=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Extra catalogue folder of inversion types, e.g. learned ones (repeatable).")
 @click.pass_context
 def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo: int | None,
-          budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float) -> None:
+          budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
+          catalogue_dirs: tuple[Path, ...]) -> None:
     """Mine repair tasks from every source of a repos file."""
     from miner.pipeline import CrawlOptions, crawl as run_crawl
     from miner.progress import CrawlProgress, print_summary
@@ -298,7 +302,8 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
 
     store = open_store(ctx, create=True)
     options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,
-                           jobs=jobs, backend=backend, select=select, timeout=timeout)
+                           jobs=jobs, backend=backend, select=select, timeout=timeout,
+                           catalogue_dirs=catalogue_dirs)
     with CrawlProgress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)
@@ -319,8 +324,15 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
     def say(text: str) -> None:  # plain text: "[step 1]", test ids with [params], script output
         console.print(text, markup=False, highlight=False)
 
+    from miner.healthy import SkipProject
+    from miner.sandbox.base import SandboxError
+    from miner.sources import FetchError
+
     store = open_store(ctx)
-    result = run_replay(store, task_id, say=say, keep=keep, shell=shell, backend_name=backend)
+    try:
+        result = run_replay(store, task_id, say=say, keep=keep, shell=shell, backend_name=backend)
+    except (StoreError, FetchError, SandboxError, SkipProject) as exc:
+        raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     if not result.ok:
         raise click.ClickException("the replay differs from the stored task (see above)")
     console.print("[green]replay reproduces the stored task[/green]")

@@ -1586,4 +1586,4 @@ def _measure_healthy(store: "Store", project: Project, backend_name: str, timeou
     say(f"building {project.repo} ({backend.name} sandbox)")
     env = backend.build(project, spec, store.root / "work" / project.key)
     say("recording the healthy state (the test suite runs twice)")
-    return measure_project(backend, env, project, spec, timeout)[0]
+    return measure_project(backend, env, project, spec, timeout)

@@ -22,13 +22,13 @@ import networkx as nx
 from miner import __version__
 from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
-from miner.healthy import RAW_KINDS, SkipProject, measure_project
-from miner.install import build_spec
+from miner.healthy import RAW_KINDS, SkipProject
 from miner.inverters.procedural import ProceduralInverter, enumerate_targets
+from miner.prepare import PinError, Prepared, prepare
 from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend, BuildError, SandboxError
-from miner.sources import FetchError, fetch, parse_repos
+from miner.sources import FetchError, parse_repos
 from miner.store import Store
 from miner.validate import Context, healthy_manifest, validate
 
@@ -47,6 +47,7 @@ class CrawlOptions:
     select: str = "graph"  # graph | random
     timeout: float = 600.0  # per test-suite run
     system: bool = True  # ask the backend for system and service targets (Docker only)
+    catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (their types override built-in ones)
 
 
 @dataclass
@@ -75,7 +76,7 @@ def crawl(repos: Path, store: Store, options: CrawlOptions, on_phase: Phase | No
     """Mine every source of a repos file; malformed lines are reported and the rest still run."""
     start = time.monotonic()
     sources, errors = parse_repos(repos)
-    catalogue = select_types(load_catalogue(), options.types)
+    catalogue = select_types(load_catalogue(options.catalogue_dirs), options.types)
     backend = get_backend(options.backend)
     types = [t for t in catalogue if backend.name in t.backends]
     phase = on_phase or (lambda name, text: None)
@@ -89,13 +90,17 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
     """Mine one source, recording a skip with its reason instead of raising."""
     store = Store(root)  # one connection per worker thread
     report, start = ProjectReport(source=source.raw, repo=source.location), time.monotonic()
-    key, commit = content_id("unfetched", source.raw), ""
+    fetched: list[Project] = []
+
+    def on_project(project: Project) -> None:
+        fetched.append(project)
+        report.repo = project.repo
+        store.record_project(project.key, project.repo, project.commit, source.raw, source.origin, "running")
+
     try:
-        phase(source.name, "fetching")
-        project = fetch(source, store.root / "cache" / "sources")
-        key, report.repo, commit = project.key, project.repo, project.commit
-        store.record_project(key, project.repo, commit, source.raw, source.origin, "running")
-        _mine_project(project, store, backend, types, options, report, lambda text: phase(source.name, text))
+        prepared = prepare(source, backend, store, timeout=options.timeout, on_project=on_project,
+                           say=lambda text: phase(source.name, text))
+        _mine_project(prepared, store, types, options, report, lambda text: phase(source.name, text))
     except (FetchError, BuildError, SkipProject, SandboxError) as exc:
         report.status, report.reason = "skipped", _reason(exc)
     except Exception as exc:  # a bug met on one project must not end the whole crawl
@@ -103,6 +108,7 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
         report.reason = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         traceback.print_exc()
     report.seconds = time.monotonic() - start
+    key, commit = (fetched[0].key, fetched[0].commit) if fetched else (content_id("unfetched", source.raw), "")
     store.record_project(key, report.repo, commit, source.raw, source.origin, report.status, report.reason,
                          seconds=report.seconds)
     store.close()
@@ -111,7 +117,7 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
 
 
 def _reason(exc: Exception) -> str:
-    kind = {FetchError: "fetch failed", BuildError: "build failed"}.get(type(exc), "")
+    kind = {FetchError: "fetch failed", PinError: "fetch failed", BuildError: "build failed"}.get(type(exc), "")
     text = str(exc).strip()
     log = getattr(exc, "log", "")
     if log:
@@ -119,23 +125,21 @@ def _reason(exc: Exception) -> str:
     return f"{kind}: {text}" if kind else text
 
 
-def _mine_project(project: Project, store: Store, backend: Backend, types: list[InversionType],
-                  options: CrawlOptions, report: ProjectReport, phase: Callable[[str], None]) -> None:
-    phase("building")
-    spec = build_spec(project, backend=backend.name)
-    env = backend.build(project, spec, store.root / "work" / project.key)
-    phase("recording healthy state")
+def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], options: CrawlOptions,
+                  report: ProjectReport, phase: Callable[[str], None]) -> None:
+    project, state, backend, env = prepared.project, prepared.state, prepared.backend, prepared.env
     timeout = float(project.source.overrides.get("timeout", options.timeout))
-    state, extra_targets = measure_project(backend, env, project, spec, timeout, system=options.system)
     extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
     report.suite_seconds = state.suite_seconds
     store.record_project(project.key, project.repo, project.commit, project.source.raw, project.source.origin,
                          "running", healthy=state)
     phase("choosing inversion points")
+    extra_targets = backend.backend_targets(env)[1] if options.system and backend.capabilities.system else []
     graph = graphs.build_graph(project, state)
     candidates = choose_candidates(project, state, types, options, graph, extra_targets)
-    ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
-                  scan_roots=getattr(backend, "scan_roots", ("/sandbox",)))
+    caps = backend.capabilities
+    ctx = Context(backend, env, state, healthy_manifest(backend, env, caps.scan_roots, caps.scan_exclude),
+                  timeout=timeout, extra=extra, scan_roots=caps.scan_roots, scan_exclude=caps.scan_exclude)
     by_id = {t.id: t for t in types}
     total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
     for number, inversion in enumerate(_adaptive(candidates, options, lambda inv: store.candidate_rule(

@@ -37,16 +37,11 @@ from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from miner.models import Project, Source, SourceError
+from miner.projectfiles import skipped_dir
 
 OVERRIDE_KEYS = frozenset({"test", "extras", "python", "install", "timeout"})
 ENV_OVERRIDE_PREFIX = "env."
 GIT_SCHEMES = ("https://", "http://", "ssh://", "file://", "git://")
-# Folders never copied from a local project: VCS data, caches, virtualenvs and build output.
-SKIPPED_DIRS = frozenset(
-    {".git", ".hg", ".svn", "__pycache__", ".venv", ".tox", ".nox", ".eggs", ".pytest_cache",
-     ".mypy_cache", ".ruff_cache", ".hypothesis", "node_modules"}
-)
-TOP_LEVEL_BUILD_DIRS = frozenset({"build", "dist"})  # only at the root: src/build/ may be code
 SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 PIP_TIMEOUT = 900
 
@@ -420,11 +415,17 @@ def _export(repo: git.Repo, sha: str, checkout: Path) -> None:
 # --- local folders
 
 
+def local_cache_entry(source: Source, cache: Path) -> Path:
+    """The cache folder holding a folder source's copies, one sub-folder per content commit."""
+    folder = Path(source.location)
+    return cache / "local" / f"{_slug(source.name)}-{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}"
+
+
 def _fetch_local(source: Source, cache: Path) -> Project:
     folder = Path(source.location)
     if not folder.is_dir():
         raise FetchError(f"folder not found: {folder}")
-    entry = cache / "local" / f"{_slug(source.name)}-{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}"
+    entry = local_cache_entry(source, cache)
     entry.mkdir(parents=True, exist_ok=True)
     with _locked(entry.with_suffix(".lock")):
         tmp = Path(tempfile.mkdtemp(prefix=".copy-", dir=entry))
@@ -454,16 +455,9 @@ def _folder_commit(folder: Path, digest: str) -> str:
 
 
 def _skip(root: Path, directory: Path, names: list[str]) -> set[str]:
-    skipped = set()
-    for name in names:
-        path = directory / name
-        if not path.is_dir() or path.is_symlink():
-            continue
-        if (name in SKIPPED_DIRS or name.endswith(".egg-info")
-                or (directory == root and name in TOP_LEVEL_BUILD_DIRS)
-                or (path / "pyvenv.cfg").exists()):  # a virtualenv under any name
-            skipped.add(name)
-    return skipped
+    """Folders of a local project that hold no project files (miner.projectfiles decides)."""
+    return {name for name in names if (directory / name).is_dir() and not (directory / name).is_symlink()
+            and skipped_dir(name, directory / name, top=directory == root)}
 
 
 def _copy_project(folder: Path, dest: Path) -> None:
