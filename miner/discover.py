@@ -152,11 +152,25 @@ def _pytest_skips(rel: str) -> bool:
     return any(p in NORECURSE or p.startswith(".") or p.endswith(".egg") for p in folders)
 
 
+def _ignored(addopts: list[str]) -> list[str]:
+    """The paths `--ignore`/`--ignore-glob` options in addopts leave out (as glob patterns)."""
+    found = []
+    for index, token in enumerate(addopts):
+        option, sep, value = token.partition("=")
+        if option in ("--ignore", "--ignore-glob"):
+            value = value if sep else (addopts[index + 1] if index + 1 < len(addopts) else "")
+            value = value.strip("/").removeprefix("./")
+            found += [value, value + "/*"] if option == "--ignore" else [value]
+    return [pattern for pattern in found if pattern and pattern != "/*"]
+
+
 def collected_files(listing: Listing) -> list[str]:
-    """Modules pytest would collect: its file patterns, under testpaths when those exist."""
+    """Modules pytest would collect: its file patterns, under testpaths when those exist, less --ignore'd paths."""
     patterns = listing.config.python_files or list(DEFAULT_PYTHON_FILES)
+    ignored = _ignored(listing.config.addopts)
     found = [rel for rel in listing.paths if rel.endswith(".py") and not _pytest_skips(rel)
-             and any(fnmatch(PurePosixPath(rel).name, pattern) for pattern in patterns)]
+             and any(fnmatch(PurePosixPath(rel).name, pattern) for pattern in patterns)
+             and not any(fnmatch(rel, pattern) for pattern in ignored)]
     roots = [t.strip("/") for t in listing.config.testpaths if t.strip("/") not in ("", ".")]
     under = [rel for rel in found if any(rel.startswith(r + "/") or fnmatch(rel, r + "/*") for r in roots)]
     return under if roots and under else found  # pytest falls back to the rootdir when testpaths match nothing
@@ -166,11 +180,20 @@ def _sample(paths: list[str], n: int = 2) -> str:
     return ", ".join(paths[:n]) + (", ..." if len(paths) > n else "")
 
 
+def _in_package(rel: str, packages: set[str]) -> bool:
+    return any(str(parent) in packages for parent in PurePosixPath(rel).parents)
+
+
 def _compiled_reason(listing: Listing) -> str | None:
-    """Why the project needs a compiled build step, or None."""
-    sources = [rel for rel in listing.paths if (PurePosixPath(rel).suffix.lower() in COMPILED_SUFFIXES
-                                               or PurePosixPath(rel).name == "Cargo.toml")
-               and not in_test_tree(rel) and not is_doc(rel)]
+    """Why the project needs a compiled build step, or None.
+
+    Native sources count inside the Python packages (folders with __init__.py) or as a Rust crate
+    at the top; C files of examples, tools or a bundled Windows launcher are not built.
+    """
+    packages = {str(PurePosixPath(rel).parent) for rel in listing.paths if rel.endswith("/__init__.py")}
+    sources = [rel for rel in listing.paths if rel == "Cargo.toml" or (
+        PurePosixPath(rel).suffix.lower() in COMPILED_SUFFIXES and _in_package(rel, packages)
+        and not in_test_tree(rel) and not is_doc(rel))]
     if sources:
         kinds = sorted({COMPILED_SUFFIXES.get(PurePosixPath(r).suffix.lower(), "Rust") for r in sources})
         return f"compiled build step: {'/'.join(kinds)} sources ({_sample(sources)})"
@@ -396,7 +419,7 @@ def choose_release(data: dict[str, Any], spec: str, python: Version | None = Non
             version = Version(text)
         except InvalidVersion:
             continue
-        if wanted.contains(version):
+        if wanted.contains(version, prereleases=bool(wanted.prereleases)):
             sdists = [f for f in files if f.get("packagetype") == "sdist" and not f.get("yanked")]
             sdists.sort(key=lambda f: not str(f.get("filename", "")).endswith(".tar.gz"))
             releases.append((version, sdists))

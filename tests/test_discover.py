@@ -269,3 +269,16 @@ def test_reset_wait_follows_the_api_headers() -> None:
     assert reset_wait({"X-RateLimit-Reset": "1000", "X-RateLimit-Remaining": "0"}, now=997.5) == pytest.approx(3.5)
     assert reset_wait({"retry-after": "30"}) == 30
     assert reset_wait({}) == 60
+
+
+def test_native_sources_count_only_inside_packages_and_ignored_tests_do_not() -> None:
+    tests = ["tests/test_a.py"]
+    launcher = Listing(["distlib/__init__.py", "PC/launcher.c", "examples/c_files/basic.c", *tests])
+    assert assess(launcher, Options())[0]
+    speedups = Listing(["src/markupsafe/__init__.py", "src/markupsafe/_speedups.c", *tests])
+    assert assess(speedups, Options())[1] == "compiled build step: C sources (src/markupsafe/_speedups.c)"
+    from miner.install import PytestConfig
+
+    legacy = Listing(["pkg/__init__.py", "tests/_TODO_legacy/test_old.py"],
+                     config=PytestConfig(addopts=["--ignore=tests/_TODO_legacy/"], source="setup.cfg"))
+    assert not assess(legacy, Options())[0]
