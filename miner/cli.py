@@ -318,7 +318,8 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
 @click.option("--github", "query", default=None, help="A GitHub repository search query (passed to the search API).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("repos.discovered.txt"),
               show_default=True, help="The repos file to write (its state, for resuming, goes to OUT.state.jsonl).")
-@click.option("--from", "start", type=click.IntRange(min=1), default=None, help="--pypi: first position in the names file.")
+@click.option("--from", "start", type=click.IntRange(min=1), default=None,
+              help="--pypi: first position in the names file.")
 @click.option("--to", "end", type=click.IntRange(min=1), default=None, help="--pypi: last position in the names file.")
 @click.option("--version", "version", default=None, metavar="SPEC",
               help="--pypi: a version specifier for names without one (default: the newest release).")
@@ -329,7 +330,8 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
 @click.option("--pushed-since", default=None, metavar="YYYY-MM-DD", help="--github: pushed:>=DATE qualifier.")
 @click.option("--dockerized", is_flag=True, help="--github: keep only repositories with a Dockerfile at the top.")
 @click.option("--github-url", default="https://api.github.com", show_default=True, envvar="GITHUB_API_URL",
-              help="--github: API base URL (GitHub Enterprise: https://HOST/api/v3). Token from GITHUB_TOKEN or GH_TOKEN.")
+              help="--github: API base URL (GitHub Enterprise: https://HOST/api/v3). "
+                   "The token comes from GITHUB_TOKEN or GH_TOKEN.")
 @click.option("--allow-compiled", is_flag=True, help="Keep projects with a compiled build step (C/C++/Cython/Rust).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N kept projects.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON record per project (name, kept, reason, line).")

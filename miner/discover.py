@@ -230,7 +230,8 @@ def assess(listing: Listing, options: Options) -> tuple[bool, str]:
     files = collected_files(listing)
     if not files:
         tests_dir = [p for p in listing.paths if in_test_tree(p) and p.endswith(".py")]
-        hint = f" (the test folder holds {_sample(tests_dir)}, which pytest's patterns do not match)" if tests_dir else ""
+        hint = (f" (the test folder holds {_sample(tests_dir)}, which pytest's patterns do not match)"
+                if tests_dir else "")
         return False, f"no test files pytest would collect{hint}"
     runner = "pytest" if listing.config.source or any(p.split("/")[-1] in PYTEST_CONFIGS for p in listing.paths) else ""
     if listing.read is not None:

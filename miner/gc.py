@@ -90,7 +90,8 @@ def read_needs(store: Store) -> Needs:
     scripts: dict[str, list[str]] = {}
     for task in tasks:
         scripts.setdefault(content_id(task.repo, task.commit, task.source.overrides), []).append(task.break_script)
-    return Needs(known={p["key"] for p in projects}, tasks=store.task_project_keys(), running={p["key"] for p in running},
+    return Needs(known={p["key"] for p in projects}, tasks=store.task_project_keys(),
+                 running={p["key"] for p in running},
                  break_scripts=scripts, task_sources=[t.source for t in tasks],
                  running_sources=[_source_of(p) for p in running])
 
@@ -319,7 +320,8 @@ def _source_entries(root: Path, needs: Needs, report: GcReport) -> list[CacheEnt
                 continue
             lock = path.with_suffix(".lock")
             used = max(path.stat().st_mtime, lock.stat().st_mtime if lock.exists() else 0.0)
-            entries.append(CacheEntry(path, f"sources/{kind}/{path.name}", tree_size(path), used, lock, path in for_tasks))
+            entries.append(CacheEntry(path, f"sources/{kind}/{path.name}", tree_size(path), used, lock,
+                                      path in for_tasks))
     return entries
 
 

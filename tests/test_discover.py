@@ -236,7 +236,8 @@ def test_assess_nose_compiled_and_empty_test_files(tmp_path: Path) -> None:
     (tmp_path / "tests" / "test_a.py").write_text("from nose.tools import eq_\n\ndef test_a():\n    eq_(1, 1)\n")
     assert "nose" in assess(folder_listing(tmp_path), Options())[1]
     (tmp_path / "tests" / "test_a.py").write_text("import unittest\n\nclass A(unittest.TestCase):\n    pass\n")
-    (tmp_path / "setup.py").write_text("from setuptools import setup, Extension\nsetup(ext_modules=[Extension('x', ['x.c'])])\n")
+    (tmp_path / "setup.py").write_text("from setuptools import setup, Extension\n"
+                                       "setup(ext_modules=[Extension('x', ['x.c'])])\n")
     kept, reason = assess(folder_listing(tmp_path), Options())
     assert not kept and reason == "compiled build step: setup.py declares extension modules"
     kept, reason = assess(folder_listing(tmp_path), Options(allow_compiled=True))
