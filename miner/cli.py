@@ -8,6 +8,8 @@ added as one more `@main.command()` function.
     miner [--store DIR] tasks show ID [--json]
     miner [--store DIR] stats [--json]
     miner inversions [--family F] [--json]
+    miner discover --pypi NAMES_FILE | --github QUERY [--out FILE] [--limit N] [--json]
+    miner [--store DIR] gc [--dry-run] [--cache-limit-gb N] [--json]
 """
 
 from __future__ import annotations
@@ -290,10 +292,12 @@ def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) 
 @click.option("--catalogue-dir", "catalogue_dirs", multiple=True,
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Extra catalogue folder of inversion types, e.g. learned ones (repeatable).")
+@click.option("--min-free-gb", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Stop when the store's file system has less free space (checked before each project and candidate).")
 @click.pass_context
 def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo: int | None,
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
-          catalogue_dirs: tuple[Path, ...]) -> None:
+          catalogue_dirs: tuple[Path, ...], min_free_gb: float) -> None:
     """Mine repair tasks from every source of a repos file."""
     from miner.pipeline import CrawlOptions, crawl as run_crawl
     from miner.progress import CrawlProgress, print_summary
@@ -303,10 +307,69 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
     store = open_store(ctx, create=True)
     options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,
                            jobs=jobs, backend=backend, select=select, timeout=timeout,
-                           catalogue_dirs=catalogue_dirs)
+                           catalogue_dirs=catalogue_dirs, min_free_gb=min_free_gb)
     with CrawlProgress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)
+    stopped = next((p.reason for p in report.projects if p.stopped), None)
+    if stopped:
+        raise click.ClickException(stopped)
+
+
+@main.command()
+@click.option("--pypi", "names", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A file of PyPI names, one a line (NAME, or a requirement like NAME==1.2 or NAME<3).")
+@click.option("--github", "query", default=None, help="A GitHub repository search query (passed to the search API).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("repos.discovered.txt"),
+              show_default=True, help="The repos file to write (its state, for resuming, goes to OUT.state.jsonl).")
+@click.option("--from", "start", type=click.IntRange(min=1), default=None,
+              help="--pypi: first position in the names file.")
+@click.option("--to", "end", type=click.IntRange(min=1), default=None, help="--pypi: last position in the names file.")
+@click.option("--version", "version", default=None, metavar="SPEC",
+              help="--pypi: a version specifier for names without one (default: the newest release).")
+@click.option("--index-url", default="https://pypi.org/pypi", show_default=True, envvar="MINER_PYPI_JSON_URL",
+              help="--pypi: the JSON API of the package index.")
+@click.option("--language", default="python", show_default=True, help="--github: language: qualifier ('' for none).")
+@click.option("--min-stars", type=click.IntRange(min=0), default=None, help="--github: stars:>=N qualifier.")
+@click.option("--pushed-since", default=None, metavar="YYYY-MM-DD", help="--github: pushed:>=DATE qualifier.")
+@click.option("--dockerized", is_flag=True, help="--github: keep only repositories with a Dockerfile at the top.")
+@click.option("--github-url", default="https://api.github.com", show_default=True, envvar="GITHUB_API_URL",
+              help="--github: API base URL (GitHub Enterprise: https://HOST/api/v3). "
+                   "The token comes from GITHUB_TOKEN or GH_TOKEN.")
+@click.option("--allow-compiled", is_flag=True, help="Keep projects with a compiled build step (C/C++/Cython/Rust).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N kept projects.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON record per project (name, kept, reason, line).")
+@click.pass_context
+def discover(ctx: click.Context, names: Path | None, query: str | None, out: Path, start: int | None,
+             end: int | None, version: str | None, index_url: str, language: str, min_stars: int | None,
+             pushed_since: str | None, dockerized: bool, github_url: str, allow_compiled: bool, limit: int | None,
+             as_json: bool) -> None:
+    """Find projects with a test suite miner can run (on PyPI or GitHub) and write a repos file for `miner crawl`."""
+    import sys
+
+    from miner import discover as found
+
+    if (names is None) == (query is None):
+        raise click.UsageError("give exactly one of --pypi NAMES_FILE or --github QUERY")
+    if names is None and (start or end or version):
+        raise click.UsageError("--from, --to and --version go with --pypi")
+    options = found.Options(allow_compiled=allow_compiled, dockerized=dockerized, limit=limit)
+    console = Console(stderr=True, highlight=False)
+    say = (lambda text: console.print(text, markup=False)) if sys.stderr.isatty() else (
+        lambda text: click.echo(text, err=True))
+    try:
+        if names is not None:
+            cache = ctx.find_object(Settings).store_root / "cache" / "sources"
+            result = found.discover_pypi(names, out, cache, options, say, start, end, version, index_url)
+        else:
+            text = found.github_query(query or "", language or None, min_stars, pushed_since)
+            result = found.discover_github(text, out, options, say, github_url, found.github_token())
+    except found.DiscoverError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        print_json([r.public() for r in result.records])
+    left = len(result.records) - len(result.kept)
+    click.echo(f"{len(result.kept)} kept, {left} left out; wrote {out}", err=as_json)
 
 
 @main.command()
@@ -437,6 +500,31 @@ def images_prune(healthy: bool, base: bool) -> None:
     report = prune(_docker(), healthy=healthy, base=base)
     click.echo(f"removed {len(report.containers)} containers, {len(report.images)} images, "
                f"{report.reclaimed / 1e6:.1f} MB reclaimed")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Say what would be freed, remove nothing.")
+@click.option("--cache-limit-gb", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              help="Trim fetched sources and the pip cache, least recently used first, to this size.")
+@click.option("--no-images", is_flag=True, help="Leave Docker images alone.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was freed as JSON.")
+@click.pass_context
+def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool, as_json: bool) -> None:
+    """Free work folders and Docker images no stored task needs, and caches over a size limit."""
+    from dataclasses import asdict
+
+    from miner.disk import GB
+    from miner.gc import collect, summary
+
+    with open_store(ctx) as store:
+        report = collect(store, cache_limit=int(cache_limit_gb * GB), dry_run=dry_run, images=not no_images)
+    if as_json:
+        print_json({"dry_run": dry_run, "bytes": report.bytes(), "count": report.count(),
+                    "freed": [asdict(f) for f in report.freed], "notes": report.notes})
+        return
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(summary(report))
 
 
 # -- export / check ---------------------------------------------------------------------------

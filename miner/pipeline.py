@@ -22,6 +22,7 @@ import networkx as nx
 from miner import __version__
 from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
+from miner.disk import LowDisk, check_free_space
 from miner.healthy import RAW_KINDS, SkipProject
 from miner.inverters.procedural import ProceduralInverter, enumerate_targets
 from miner.prepare import PinError, Prepared, prepare
@@ -48,6 +49,7 @@ class CrawlOptions:
     timeout: float = 600.0  # per test-suite run
     system: bool = True  # ask the backend for system and service targets (Docker only)
     catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (their types override built-in ones)
+    min_free_gb: float = 5.0  # the crawl stops when the store's file system has less free (0: never)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class ProjectReport:
     suite_seconds: float = 0.0
     seconds: float = 0.0
     by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [tried, validated]
+    stopped: bool = False  # skipped because the disk ran low: the crawl as a whole failed
 
 
 @dataclass
@@ -98,11 +101,14 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
         store.record_project(project.key, project.repo, project.commit, source.raw, source.origin, "running")
 
     try:
+        check_free_space(store.root, options.min_free_gb)
         prepared = prepare(source, backend, store, timeout=options.timeout, on_project=on_project,
                            say=lambda text: phase(source.name, text))
         _mine_project(prepared, store, types, options, report, lambda text: phase(source.name, text))
     except (FetchError, BuildError, SkipProject, SandboxError) as exc:
         report.status, report.reason = "skipped", _reason(exc)
+    except LowDisk as exc:
+        report.status, report.reason, report.stopped = "skipped", str(exc), True
     except Exception as exc:  # a bug met on one project must not end the whole crawl
         report.status = "skipped"
         report.reason = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -148,6 +154,7 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
             break
         if number > total:
             break
+        check_free_space(store.root, options.min_free_gb)
         phase(f"candidate {number}/{total}: {inversion.type_id} on {inversion.target.name}")
         _try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph)
 

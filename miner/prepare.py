@@ -29,7 +29,7 @@ from miner.healthy import measure_project
 from miner.install import build_spec
 from miner.models import HealthyState, Project, Source, content_id
 from miner.sandbox.base import Backend, BuildSpec, Healthy
-from miner.sources import FetchError, fetch, local_cache_entry
+from miner.sources import FetchError, fetch, cache_entry
 from miner.store import Store
 
 Say = Callable[[str], None]
@@ -80,7 +80,7 @@ def fetch_pinned(source: Source, cache: Path, commit: str | None = None) -> Proj
 
 def _cached_folder(source: Source, cache: Path, commit: str) -> Project | None:
     """A folder source's earlier copy at `commit`, if the fetch cache still holds it."""
-    checkout = local_cache_entry(source, Path(cache).resolve()) / commit
+    checkout = cache_entry(source, Path(cache).resolve()) / commit
     if not checkout.is_dir():
         return None
     return Project(source=source, repo=str(Path(source.location)), commit=commit, path=checkout)

@@ -326,6 +326,10 @@ class Store:
         )
         return [{**dict(row), "has_healthy": bool(row["has_healthy"])} for row in rows]
 
+    def task_project_keys(self) -> set[str]:
+        """The keys of the projects that stored tasks were mined from (what `miner gc` keeps)."""
+        return {row[0] for row in self._query("SELECT DISTINCT project_key FROM tasks")}
+
     def healthy(self, key: str) -> HealthyState | None:
         """The healthy state recorded for a project, if any."""
         rows = self._query("SELECT healthy_json FROM projects WHERE key = ?", (key,))
