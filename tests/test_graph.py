@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -29,8 +30,6 @@ from miner.graph import (
     GraphvizMissing,
     build_graph,
     depth,
-    difficulty,
-    graph_command,
     module_names,
     parse_source,
     predict,
@@ -43,6 +42,7 @@ from miner.graph import (
 from miner.healthy import discover_probes
 from miner.models import Distribution, HealthyState, Outcome, Probe, Project, Source, Target, Task
 from miner.store import Store
+from miner.tasks import difficulty
 from miner.testing import REPORT_FLAGS, parse_junit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -687,6 +687,9 @@ def test_fixture_graph_renders_readably(inventory_app: Built, tmp_path: Path) ->
 
 def test_graph_command_draws_a_stored_task(stockapp: Built, tmp_path: Path) -> None:
     """A task id: the project comes from the source cache and the healthy state from the store."""
+    from click.testing import CliRunner
+
+    from miner.cli import main
     from miner.sources import fetch
 
     store = Store(tmp_path / "store", create=True)
@@ -699,10 +702,15 @@ def test_graph_command_draws_a_stored_task(stockapp: Built, tmp_path: Path) -> N
                 break_script="pip uninstall -y six", fix_script="pip install six",
                 f2p=["tests/test_dates.py::test_add_months"], p2p=["tests/test_rows.py::test_plain"])
     store.add_task(task, {}, project_key=project.key)
-    report = graph_command(store, "5ix0", fmt="json", out=tmp_path / "task.json")
-    assert report.task == task.id
-    assert report.chosen == [(target, {"tests/test_dates.py::test_add_months"}, 4)]
-    assert json.loads(report.path.read_text())["highlight"] == ["distribution:six"]
+    store.close()
+    out = tmp_path / "task.json"
+    result = CliRunner().invoke(main, ["--store", str(store.root), "graph", "5ix0", "--format", "json",
+                                       "-o", str(out)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"of task {task.id}" in result.output
+    row = re.search(r"distribution:six\W+(\d+) of \d+\W+(\d+)", result.output)  # predicted F2P, depth
+    assert row and row.groups() == ("1", "4"), result.output
+    assert json.loads(out.read_text())["highlight"] == ["distribution:six"]
 
 
 def test_miner_graph_on_a_fixture_source(tmp_path: Path) -> None:
