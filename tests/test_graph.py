@@ -543,6 +543,21 @@ def test_select_targets_prefers_partial_distinct_and_deep(stockapp: Built, stock
     assert select_targets(stock_graph, stockapp.healthy, [targets[2]], budget=None, seed=0) == []
 
 
+def test_the_graph_ranks_the_crawls_targets_and_never_the_tests_data(stockapp: Built,
+                                                                     stock_graph: nx.DiGraph) -> None:
+    """The graph draws and predicts the tests' own data, but only enumerate_targets says what may break
+    (rule 7: the tests are the judge), so `miner graph` and the crawl rank the same targets."""
+    from miner.inverters.targets import enumerate_targets
+
+    targets = enumerate_targets(stockapp.project, stockapp.healthy)
+    keys = {t.key for t in targets}
+    assert "data:tests/data/rows.csv" in stock_graph and "data:tests/data/rows.csv" not in keys
+    assert {"config:stockapp.ini", "envvar:STOCK_REGION", "distribution:six"} <= keys
+    chosen = select_targets(stock_graph, stockapp.healthy, targets, budget=None, seed=0)
+    assert chosen and {t.key for t, _, _ in chosen} <= keys
+    assert not any(t.path and t.path.startswith("tests/") for t in targets)
+
+
 def test_whole_suite_targets_come_after_partial_ones(tmp_path: Path) -> None:
     project = write_project(tmp_path, {
         "app.py": 'import os\nMODE = os.environ.get("APP_MODE")\ndef rows():\n    return open("rows.csv").read()\n',

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 import tree_sitter_python
@@ -483,14 +483,27 @@ def parse_source(text: bytes, rel: str, module: str, package: bool = False) -> S
     return _FileParser(SourceFile(rel=rel, module=module, package=package), tree.root_node).parse()
 
 
+# One crawl reads a project's code three times (the graph, target enumeration, the inverter's
+# config keys): parsed files are kept, keyed by path, size and mtime, so each is parsed once.
+_PARSED: OrderedDict[tuple[str, int, int], SourceFile] = OrderedDict()
+MAX_PARSED = 5000
+
+
 def parse_files(root: Path, rels: Iterable[str], modules: Mapping[str, str] | None = None) -> dict[str, SourceFile]:
     """rel -> SourceFile of each readable Python file under root, named after `modules` (else its path)."""
     parsed = {}
     for rel in rels:
+        path = Path(root) / rel
+        module = (modules or {}).get(rel) or ".".join(PurePosixPath(rel).with_suffix("").parts)
         try:
-            text = (Path(root) / rel).read_bytes()
+            info = path.stat()
+            key = (str(path.resolve()), info.st_size, info.st_mtime_ns)
+            source = _PARSED.get(key)
+            if source is None:
+                source = _PARSED[key] = parse_source(path.read_bytes(), rel, module, rel.endswith("__init__.py"))
+                while len(_PARSED) > MAX_PARSED:
+                    _PARSED.popitem(last=False)
         except OSError:
             continue  # gone or unreadable: nothing to learn from it
-        module = (modules or {}).get(rel) or ".".join(PurePosixPath(rel).with_suffix("").parts)
-        parsed[rel] = parse_source(text, rel, module, rel.endswith("__init__.py"))
+        parsed[rel] = replace(source, rel=rel, module=module)
     return parsed
