@@ -21,7 +21,7 @@ the healthy state:
 
 Rule 7 of the acceptance rules holds here: nothing under the project's test tree (including the
 files the healthy run collected tests from) nor the runner's configuration is a target, and
-neither is the project's code, packaging, docs or dotfiles (`projectfiles.may_be_target`).
+neither is the project's code, packaging, docs, dotfiles or dot folders (`projectfiles.may_be_target`).
 """
 
 from __future__ import annotations
