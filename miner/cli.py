@@ -10,6 +10,7 @@ added as one more `@main.command()` function.
     miner inversions [--family F] [--json]
     miner discover --pypi NAMES_FILE | --github QUERY [--out FILE] [--limit N] [--json]
     miner [--store DIR] gc [--dry-run] [--cache-limit-gb N] [--json]
+    miner [--store DIR] graph SOURCE_OR_TASK [--format json|dot|svg] [-o FILE] [--budget N]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rich.table import Table
 
 from miner import __version__
 from miner.models import Task
-from miner.store import DEFAULT_ROOT, Store, StoreError, StoreMissing
+from miner.store import DB_NAME, DEFAULT_ROOT, Store, StoreError, StoreMissing
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,16 @@ def open_store(ctx: click.Context, create: bool = False) -> Store:
             f"no store at {settings.store_root.resolve()}: run `miner crawl` first "
             "(or point --store / MINER_STORE at an existing one)"
         ) from None
+
+
+def optional_store(ctx: click.Context) -> Store | None:
+    """The store when --store or MINER_STORE names one (created if missing) or the default one
+    exists; None otherwise, so that a read-only verb leaves no store behind as a side effect."""
+    settings: Settings = ctx.find_object(Settings)
+    named = ctx.find_root().get_parameter_source("store_root") != click.core.ParameterSource.DEFAULT
+    if named or (settings.store_root / DB_NAME).is_file():
+        return Store(settings.store_root, create=True)
+    return None
 
 
 def print_json(data: Any) -> None:
@@ -413,22 +424,56 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
 @click.pass_context
 def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None, budget: int, seed: int,
           backend: str) -> None:
-    """Write the dependency graph of a source or a stored task, with inversion points in red."""
-    from miner.graph import GraphvizMissing, graph_command
+    """Write the dependency graph of a source or a stored task, with inversion points in red.
+
+    A task id draws its project with the task's target; a source (a folder, a git URL,
+    pypi:NAME==VERSION) is fetched, built and measured unless the store holds its healthy state,
+    and the first BUDGET of the targets the crawl would enumerate, ranked by the graph, are drawn.
+    A store is used when --store or MINER_STORE names one or it exists; none is created.
+    """
+    from contextlib import nullcontext
+
+    from miner.graph import GraphvizMissing, build_graph, depth, predict, select_targets, write_graph
+    from miner.healthy import SkipProject
+    from miner.inverters.targets import enumerate_targets
+    from miner.prepare import prepare
+    from miner.sandbox import get_backend
+    from miner.sandbox.base import SandboxError
+    from miner.sources import FetchError, parse_source
+    from miner.store import UnknownTask
 
     console = Console()
-    store = open_store(ctx, create=True)
-    try:
-        report = graph_command(store, source_or_task, fmt=fmt, out=output, budget=budget, seed=seed,
-                               backend=backend, say=lambda text: console.print(f"[dim]{text}[/dim]"))
-    except (GraphvizMissing, ValueError, StoreError) as exc:
-        raise click.ClickException(str(exc)) from None
-    console.print(f"wrote {report.path} ({report.nodes} nodes, {report.edges} edges)")
-    table = Table(title="inversion points" + (f" of task {report.task}" if report.task else ""))
+    store = optional_store(ctx)
+    with store if store is not None else nullcontext():
+        try:
+            task = store.get_task(source_or_task) if store is not None else None
+        except UnknownTask:
+            task = None
+        try:
+            source = task.source if task else parse_source(source_or_task, Path.cwd())
+            if source is None:
+                raise ValueError(f"not a task id nor a source: {source_or_task!r}")
+            prepared = prepare(source, get_backend(backend), store, commit=task.commit if task else None,
+                               work=Path.home() / ".cache" / "miner", say=lambda text: console.print(f"[dim]{text}[/dim]"))
+            project, healthy = prepared.project, prepared.state
+            dependencies = build_graph(project, healthy)
+            passing = set(healthy.passing)
+            if task is not None:
+                radius = predict(dependencies, task.target) & passing
+                chosen = [(task.target, radius, depth(dependencies, task.target, task.f2p) or 0)]
+            else:  # the backend's system and service targets need its sandbox, which prepare does not return
+                targets = enumerate_targets(project, healthy)
+                chosen = select_targets(dependencies, healthy, targets, budget, seed)
+            path = output or Path.cwd() / f"{task.id[:12] if task else source.name}.graph.{fmt}"
+            write_graph(dependencies, fmt, path, [target for target, _, _ in chosen])
+        except (GraphvizMissing, FetchError, SandboxError, SkipProject, ValueError, StoreError) as exc:
+            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    console.print(f"wrote {path} ({dependencies.number_of_nodes()} nodes, {dependencies.number_of_edges()} edges)")
+    table = Table(title="inversion points" + (f" of task {task.id}" if task else ""))
     for column in ("target", "predicted F2P", "depth"):
         table.add_column(column)
-    for target, radius, depth in report.chosen:
-        table.add_row(target.key, f"{len(radius)} of {report.passing}", str(depth))
+    for target, radius, distance in chosen:
+        table.add_row(target.key, f"{len(radius)} of {len(passing)}", str(distance))
     console.print(table)
 
 

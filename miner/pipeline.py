@@ -13,24 +13,24 @@ import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
 import networkx as nx
 
-from miner import __version__
 from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
 from miner.disk import LowDisk, check_free_space
 from miner.healthy import RAW_KINDS, SkipProject
-from miner.inverters.procedural import ProceduralInverter, enumerate_targets
+from miner.inverters.procedural import ProceduralInverter
+from miner.inverters.targets import enumerate_targets
+from miner.models import content_id, HealthyState, Inversion, InversionType, Project, Source, Target
 from miner.prepare import PinError, Prepared, prepare
-from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend, BuildError, SandboxError
 from miner.sources import FetchError, parse_repos
 from miner.store import Store
+from miner.tasks import make_task, task_files
 from miner.validate import Context, healthy_manifest, validate
 
 Phase = Callable[[str, str], None]  # (project name, phase description)
@@ -188,7 +188,7 @@ def choose_candidates(project: Project, state: HealthyState, types: list[Inversi
     (syslib, debpkg) are selected like the others, the rest are tried after them, unpredicted.
     """
     inverter = ProceduralInverter(types, seed=options.seed)
-    targets = enumerate_targets(project, state) + list(extra_targets or [])
+    targets = enumerate_targets(project, state, extra_targets or [])
     if options.select == "random":
         return inverter.candidates(project, state, targets=targets, budget=options.budget, shuffle=True)
     graph = graph if graph is not None else graphs.build_graph(project, state)
@@ -224,45 +224,3 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
         counts[1] += 1
     store.record_candidate(project.key, candidate)
 
-
-def make_task(project: Project, state: HealthyState, cand: Candidate, itype: InversionType, backend: str,
-              graph: nx.DiGraph | None = None) -> Task:
-    """A validated candidate becomes a task: instruction from the symptom, difficulty from the graph.
-
-    The stored depth is measured from the observed F2P tests down to the broken node (the
-    selection's depth was over the predicted radius), whichever way the target was chosen.
-    """
-    from miner.instruction import write_instruction
-
-    inv = cand.inversion
-    if graph is not None:
-        inv.graph_depth = graphs.depth(graph, inv.target, cand.f2p)
-    level, score = graphs.difficulty(inv.graph_depth, len(cand.f2p), inv.family)
-    task = Task(
-        id=cand.id, repo=project.repo, commit=project.commit, source=project.source, type_id=inv.type_id,
-        family=inv.family, target=inv.target, summary=inv.summary, break_script=inv.break_script,
-        fix_script=inv.fix_script, f2p=cand.f2p, p2p=cand.p2p, predicted_f2p=inv.predicted_f2p,
-        difficulty=level, difficulty_score=score, graph_depth=inv.graph_depth, whole_suite=itype.whole_suite,
-        test_command=state.test_command, probes=[p for p in state.probes if p.id in set(cand.f2p + cand.p2p)],
-        protected={p: state.file_hashes[p] for p in state.protected}, suite_seconds=state.suite_seconds,
-        backend=backend, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-    task.instruction = write_instruction(task, cand, state)
-    return task
-
-
-def task_files(task: Task, state: HealthyState, cand: Candidate) -> dict[str, str]:
-    """The files of a task folder besides task.json."""
-    import json
-
-    files = {
-        "break.sh": task.break_script,
-        "fix.sh": task.fix_script,
-        "instruction.md": task.instruction,
-        "healthy.json": json.dumps({"outcomes": state.outcomes, "durations": state.durations}, indent=1),
-        "broken.json": json.dumps({"outcomes": cand.broken, "messages": cand.broken_messages}, indent=1),
-        "fixed.json": json.dumps({"outcomes": cand.fixed}, indent=1),
-        "miner-version": __version__,
-    }
-    files.update({f"logs/{name}.log": text for name, text in cand.logs.items()})
-    return files
