@@ -705,12 +705,15 @@ def test_graph_command_draws_a_stored_task(stockapp: Built, tmp_path: Path) -> N
     from click.testing import CliRunner
 
     from miner.cli import main
+    from miner.install import build_spec
+    from miner.prepare import state_key
     from miner.sources import fetch
 
     store = Store(tmp_path / "store", create=True)
     project = fetch(stockapp.project.source, store.root / "cache" / "sources")
     store.record_project(project.key, project.repo, project.commit, project.source.raw, "", "mined",
                          healthy=stockapp.healthy)
+    store.record_state(state_key(project, "local", build_spec(project, backend="local")), stockapp.healthy)
     target = Target(kind="distribution", name="six")
     task = Task(id="5ix0000000000000", repo=project.repo, commit=project.commit, source=project.source,
                 type_id="deps/uninstall", family="deps", target=target, summary="six removed",
