@@ -295,6 +295,7 @@ def test_tasks_list_filters_and_json_shape(mined_store: Path) -> None:
 # -- bad input --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a crawl of its own
 def test_bad_input_is_reported_and_the_rest_is_mined(tmp_path: Path) -> None:
     good = FIXTURES / "textkit"
     repos = write_repos(tmp_path / "repos.txt", [
