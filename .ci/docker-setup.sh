@@ -69,7 +69,8 @@ PY
         say "installed the compose plugin: $(docker compose version 2>/dev/null)"
     fi
     rm -rf "$tmp"
-    docker compose version >/dev/null 2>&1 || fail "could not install the compose plugin ($COMPOSE_WHEEL into $PLUGIN_DIR)"
+    docker compose version >/dev/null 2>&1 \
+        || fail "could not install the compose plugin ($COMPOSE_WHEEL into $PLUGIN_DIR)"
 fi
 
 # 4. The base image, built with debootstrap (no registry needed).

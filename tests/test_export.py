@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import LOCAL_FAMILIES
+from conftest import LOCAL_FAMILIES, run_miner
 
 from miner import images
 from miner.check import Checker, read_config, read_file
@@ -334,7 +334,10 @@ def test_cli_export_filters_progress_summary_and_rerun(mined_store: Path, tmp_pa
     assert second.exit_code == 0 and "kept" in second.output
     nothing = runner.invoke(main, ["export", "--format", "harbor", "--out", str(tmp_path / "o2"), "--type", "nope"],
                             env=env)
-    assert nothing.exit_code != 0 and "no stored task matches" in nothing.output
+    assert nothing.exit_code != 0 and "unknown inversion type or family 'nope'" in nothing.output
+    nothing = runner.invoke(main, ["export", "--format", "harbor", "--out", str(tmp_path / "o2"), "--type", "fs",
+                                   "--repo", "no-such-repo"], env=env)
+    assert nothing.exit_code != 0 and "no project in the store matches" in nothing.output
 
 
 def odd_task_store(mined_store: Path, root: Path) -> Task:
@@ -385,6 +388,17 @@ def test_jsonl_records(mined_store: Path, tmp_path: Path) -> None:
         assert record["problem_statement"] == task.instruction and record["difficulty"] == task.difficulty
         assert record["break_script"] == task.break_script and record["fix_script"] == task.fix_script
         assert "COPY . /sandbox/project/" in record["dockerfile"] and "base64 -d" in record["dockerfile"]
+
+
+def test_jsonl_records_to_standard_output(mined_store: Path, tmp_path: Path) -> None:
+    """`-o -`: the records alone on standard output (the summary on stderr), as the file holds them."""
+    root = copy_store(mined_store, tmp_path / "store")
+    piped = run_miner(root, "export", "--format", "jsonl", "-o", "-")
+    assert piped.returncode == 0, piped.stderr
+    written = run_miner(root, "export", "--format", "jsonl", "-o", tmp_path / "out")
+    assert written.returncode == 0, written.stderr
+    assert piped.stdout == (tmp_path / "out" / "tasks.jsonl").read_text()
+    assert "jsonl export to standard output" in piped.stderr
 
 
 @pytest.mark.docker

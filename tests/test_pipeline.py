@@ -311,6 +311,15 @@ def test_tasks_list_filters_and_json_shape(mined_store: Path) -> None:
     assert textkit and {r["id"] for r in textkit} == {r["id"] for r in rows if r["repo"].endswith("/textkit")}
 
 
+def test_graph_of_a_task_to_standard_output(mined_store: Path, tmp_path: Path) -> None:
+    """`miner graph ID -o -`: the graph alone on standard output, the report on stderr."""
+    task = Store(mined_store, create=False).list_tasks()[0]
+    done = run_miner(mined_store, "graph", task.id, "--format", "json", "-o", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    graph = json.loads(done.stdout)
+    assert graph and "wrote standard output" in done.stderr and list(tmp_path.iterdir()) == []
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 

@@ -543,6 +543,7 @@ def no_copy_left(before: dict[str, tuple], after: dict[str, tuple]) -> None:
     assert not leaked, f"a copy of a changed file is left behind: {sorted(leaked)}"
 
 
+@pytest.mark.slow  # every catalogue type applied and undone for real: a few minutes
 @pytest.mark.parametrize("type_id, name", CASES, ids=[f"{t}:{n}" for t, n in CASES])
 def test_break_then_fix_restores_every_byte(world, box, type_id, name):
     itype = CATALOGUE[type_id]

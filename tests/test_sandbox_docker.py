@@ -27,7 +27,7 @@ from miner.testing import run_suite
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "fixtures"
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # builds an image per fixture
 
 
 def fixture_project(name: str) -> Project:

@@ -260,6 +260,7 @@ def test_build_is_reused_when_complete(built: tuple[LocalBackend, Healthy, Path]
     sentinel.unlink()
 
 
+@pytest.mark.slow  # builds of its own
 def test_concurrent_builds_of_one_workdir_build_once(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -271,6 +272,7 @@ def test_concurrent_builds_of_one_workdir_build_once(tmp_path: Path) -> None:
     assert (Path(results[0].ref) / "home" / "count").read_text() == "built\n"
 
 
+@pytest.mark.slow  # builds of its own
 def test_incomplete_build_is_redone(tmp_path: Path) -> None:
     project = make_project(tmp_path / "tiny")
     backend = LocalBackend()
@@ -288,6 +290,7 @@ def test_incomplete_build_is_redone(tmp_path: Path) -> None:
     assert build_digest(project, spec(install_script="true")) == digest
 
 
+@pytest.mark.slow  # builds of its own
 def test_build_error_on_failing_install(tmp_path: Path) -> None:
     project = make_project(tmp_path / "broken")
     with pytest.raises(BuildError) as caught:
