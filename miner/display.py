@@ -5,8 +5,8 @@ The terminal test is rich's (`Console.is_terminal`: stdout is a tty, or FORCE_CO
 
 A table in a pipe prints as a "# title" line, a header line and one line a row, the cells
 tab-separated with their markup, tabs and newlines flattened; a titled block (a script) as a
-"==> title <==" line and its text. `--json` output does not come
-through here: it is the same everywhere.
+"==> title <==" line and its text. `--json` output does not come through here: it is the same
+everywhere.
 """
 
 from __future__ import annotations
