@@ -11,24 +11,74 @@ added as one more `@main.command()` function.
     miner discover --pypi NAMES_FILE | --github QUERY [--out FILE] [--limit N] [--json]
     miner [--store DIR] gc [--dry-run] [--cache-limit-gb N] [--json]
     miner [--store DIR] graph SOURCE_OR_TASK [--format json|dot|svg] [-o FILE] [--budget N]
+
+Every error a user can cause (a bad option, an unknown type or task id, a folder with no task,
+no Docker engine) ends as one line on stderr, `Error: ...`, and a non-zero exit. Output is rich
+on a terminal and plain in a pipe (miner.display).
 """
 
 from __future__ import annotations
 
 import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.panel import Panel
-from rich.syntax import Syntax
+from rich.markup import escape
 from rich.table import Table
 
 from miner import __version__
+from miner.display import make_console, print_block, print_table
 from miner.models import Task
 from miner.store import DB_NAME, DEFAULT_ROOT, Store, StoreError, StoreMissing
+
+DIFFICULTIES = ("easy", "medium", "hard")
+# miner's own exceptions carry messages written for the user. They are found by name, in the
+# modules already imported, so that `miner --help` does not import what defines them.
+USER_ERRORS = (("miner.store", "StoreError"), ("miner.catalogue", "CatalogueError"),
+               ("miner.sandbox.base", "SandboxError"), ("miner.sources", "FetchError"),
+               ("miner.check", "CheckError"))
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2: help, not an error
+
+
+def is_user_error(exc: Exception) -> bool:
+    return any(isinstance(exc, getattr(sys.modules.get(module), name, ())) for module, name in USER_ERRORS)
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Usage errors and miner's own errors become `Error: <one line>` (click prints it, exits non-zero)."""
+    try:
+        yield
+    except NO_ARGS_IS_HELP:
+        raise
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} -h`)" if exc.ctx else ""
+        error = click.ClickException(exc.format_message() + hint)
+        error.exit_code = exc.exit_code
+        raise error from None
+    except Exception as exc:
+        if not is_user_error(exc):
+            raise
+        raise click.ClickException(" ".join(str(exc).split()) or type(exc).__name__) from None
+
+
+class MinerGroup(click.Group):
+    """The root group: parsing and running every command under `one_line_errors`."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        with one_line_errors():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with one_line_errors():
+            return super().invoke(ctx)
 
 
 @dataclass(frozen=True)
@@ -68,7 +118,7 @@ def percent(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=MinerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--store",
     "store_root",
@@ -110,10 +160,30 @@ def task_row(task: Task) -> dict[str, Any]:
     }
 
 
+def check_type_specs(store: Store, specs: list[str]) -> None:
+    """Every spec names a type or family of the catalogue or of the store, or this is an error."""
+    from miner.catalogue import load_catalogue
+
+    types = set(load_catalogue()) | set(store.stats()["by_type"])
+    families = {t.split("/")[0] for t in types}
+    unknown = [spec for spec in specs if spec not in types | families]
+    if unknown:
+        raise click.ClickException(f"unknown inversion type or family {unknown[0]!r} "
+                                   f"(families: {', '.join(sorted(families))})")
+
+
+def check_repo(store: Store, repo: str | None) -> None:
+    """A --repo filter that matched nothing names a repo the store knows, or this is an error."""
+    known = {p["repo"] for p in store.projects()} | {t.repo for t in store.list_tasks()}
+    if repo and not any(repo in name for name in known):
+        raise click.ClickException(f"no project in the store matches --repo {repo!r}"
+                                   + (f" (projects: {', '.join(sorted(known))})" if len(known) <= 5 else ""))
+
+
 @tasks.command("list")
 @click.option("--type", "type_spec", metavar="T", help="Exact type id (deps/uninstall) or family (deps).")
 @click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
-@click.option("--difficulty", metavar="D", help="Exact difficulty (easy, medium, hard).")
+@click.option("--difficulty", type=click.Choice(DIFFICULTIES), help="Exact difficulty.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_context
 def tasks_list(
@@ -121,7 +191,11 @@ def tasks_list(
 ) -> None:
     """List stored tasks, optionally filtered."""
     with open_store(ctx) as store:
+        if type_spec:
+            check_type_specs(store, [type_spec])
         found = store.list_tasks(type_spec=type_spec, repo=repo, difficulty=difficulty)
+        if not found:
+            check_repo(store, repo)
     rows = [task_row(t) for t in found]
     if as_json:
         print_json(rows)
@@ -135,9 +209,9 @@ def tasks_list(
     table.add_column("f2p", justify="right")
     table.add_column("p2p", justify="right")
     for r in rows:
-        table.add_row(r["id"], r["type"], r["repo"], r["target"], r["difficulty"],
+        table.add_row(r["id"], r["type"], escape(r["repo"]), escape(r["target"]), r["difficulty"],
                       str(r["f2p_count"]), str(r["p2p_count"]))
-    Console().print(table)
+    print_table(make_console(), table)
 
 
 @tasks.command("show")
@@ -147,16 +221,13 @@ def tasks_list(
 def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Show one task (ID or a unique prefix): fields, scripts, instruction, folder."""
     with open_store(ctx) as store:
-        try:
-            task = store.get_task(task_id)
-        except StoreError as exc:
-            raise click.ClickException(str(exc)) from None
+        task = store.get_task(task_id)
         folder = store.task_dir(task.id)
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     if as_json:
         print_json({**task.model_dump(mode="json"), "path": str(folder), "files": files})
         return
-    console = Console()
+    console = make_console()
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold")
     fields.add_column(overflow="fold")
@@ -183,11 +254,11 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         ("folder", str(folder)),
         ("files", ", ".join(files)),
     ]:
-        fields.add_row(name, value)
-    console.print(Panel(fields, title=f"task {task.id}"))
-    console.print(Panel(Syntax(task.break_script, "bash"), title="break.sh"))
-    console.print(Panel(Syntax(task.fix_script, "bash"), title="fix.sh"))
-    console.print(Panel(task.instruction or "(none)", title="instruction"))
+        fields.add_row(name, escape(value))
+    print_block(console, f"task {task.id}", fields)
+    print_block(console, "break.sh", task.break_script, "bash")
+    print_block(console, "fix.sh", task.fix_script, "bash")
+    print_block(console, "instruction", task.instruction or "(none)")
 
 
 # -- stats ------------------------------------------------------------------------------------
@@ -208,11 +279,11 @@ def counts_table(title: str, key_name: str, buckets: dict[str, dict[str, Any]], 
     if extra:
         table.add_column("reason", overflow="fold")
     for key, b in sorted(buckets.items()):
-        cells = [key] + ([b.get("status", "")] if extra else [])
+        cells = [escape(key)] + ([b.get("status", "")] if extra else [])
         cells += [str(b["tried"]), str(b["validated"]), str(b["rejected"]), percent(b["yield"])]
         cells.append(rules_text(b["by_rule"]))
         if extra:
-            cells.append(b.get("reason", ""))
+            cells.append(escape(b.get("reason", "")))
         table.add_row(*cells)
     return table
 
@@ -227,21 +298,21 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(numbers)
         return
-    console = Console()
+    console = make_console()
     total = Table(title="total")
     for name in ("projects", "tried", "validated", "rejected", "yield", "tasks"):
         total.add_column(name, justify="right")
     total.add_row(str(numbers["projects"]), str(numbers["tried"]), str(numbers["validated"]),
                   str(numbers["rejected"]), percent(numbers["yield"]), str(numbers["tasks"]))
-    console.print(total)
+    print_table(console, total)
     by_rule = Table(title="rejected by rule")
     by_rule.add_column("rule")
     by_rule.add_column("candidates", justify="right")
     for rule, n in sorted(numbers["by_rule"].items(), key=lambda kv: -kv[1]):
         by_rule.add_row(rule, str(n))
-    console.print(by_rule)
-    console.print(counts_table("per inversion type", "type", numbers["by_type"], extra=False))
-    console.print(counts_table("per project", "repo", numbers["by_project"], extra=True))
+    print_table(console, by_rule)
+    print_table(console, counts_table("per inversion type", "type", numbers["by_type"], extra=False))
+    print_table(console, counts_table("per project", "repo", numbers["by_project"], extra=True))
 
 
 # -- inversions -------------------------------------------------------------------------------
@@ -259,12 +330,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the types (with templates) as JSON.")
 def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) -> None:
     """List the catalogue of inversion types."""
-    from miner.catalogue import CatalogueError, load_catalogue  # lazy: keeps `miner --help` fast
+    from miner.catalogue import load_catalogue  # lazy: keeps `miner --help` fast
 
-    try:
-        catalogue = load_catalogue(extra_dirs=extra_dirs)
-    except CatalogueError as exc:
-        raise click.ClickException(str(exc)) from None
+    catalogue = load_catalogue(extra_dirs=extra_dirs)
     types = sorted(catalogue.values(), key=lambda t: t.id)
     if family:
         families = sorted({t.family for t in types})
@@ -284,8 +352,8 @@ def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) 
     table.add_column("description", overflow="fold")
     for t in types:
         table.add_row(t.id, t.target, ",".join(t.backends), "yes" if t.whole_suite else "",
-                      t.description)
-    Console().print(table)
+                      escape(t.description))
+    print_table(make_console(), table)
 
 
 @main.command()
@@ -309,17 +377,28 @@ def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) 
 def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo: int | None,
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
           catalogue_dirs: tuple[Path, ...], min_free_gb: float) -> None:
-    """Mine repair tasks from every source of a repos file."""
+    """Mine repair tasks from every source of a repos file.
+
+    On a terminal a live line per project; in a pipe one timestamped line per phase and per
+    candidate result, as it happens. Then a summary table.
+    """
+    from miner.catalogue import load_catalogue, select_types
     from miner.pipeline import CrawlOptions, crawl as run_crawl
-    from miner.progress import CrawlProgress, print_summary
+    from miner.progress import crawl_progress, print_summary
+    from miner.sources import parse_repos
 
-    console = Console()
-
+    select_types(load_catalogue(catalogue_dirs), types)  # an unknown type is an error before anything starts
+    sources, errors = parse_repos(repos)
+    if not sources:
+        for error in errors:
+            click.echo(str(error), err=True)
+        raise click.ClickException(f"{repos}: no source to crawl (one a line: a git URL, a folder, pypi:NAME==VERSION)")
+    console = make_console()
     store = open_store(ctx, create=True)
     options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,
                            jobs=jobs, backend=backend, select=select, timeout=timeout,
                            catalogue_dirs=catalogue_dirs, min_free_gb=min_free_gb)
-    with CrawlProgress(console) as progress:
+    with crawl_progress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)
     stopped = next((p.reason for p in report.projects if p.stopped), None)
@@ -365,8 +444,8 @@ def discover(ctx: click.Context, names: Path | None, query: str | None, out: Pat
     if names is None and (start or end or version):
         raise click.UsageError("--from, --to and --version go with --pypi")
     options = found.Options(allow_compiled=allow_compiled, dockerized=dockerized, limit=limit)
-    console = Console(stderr=True, highlight=False)
-    say = (lambda text: console.print(text, markup=False)) if sys.stderr.isatty() else (
+    console = make_console(stderr=True)
+    say = (lambda text: console.print(text, markup=False, highlight=False)) if sys.stderr.isatty() else (
         lambda text: click.echo(text, err=True))
     try:
         if names is not None:
@@ -393,7 +472,7 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
     """Rebuild, break step by step, test, fix and test one stored task again."""
     from miner.replay import replay as run_replay
 
-    console = Console()
+    console = make_console()
 
     def say(text: str) -> None:  # plain text: "[step 1]", test ids with [params], script output
         console.print(text, markup=False, highlight=False)
@@ -415,8 +494,8 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
 @main.command()
 @click.argument("source_or_task")
 @click.option("--format", "fmt", type=click.Choice(["json", "dot", "svg"]), default="svg", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Output file (default: NAME.graph.FORMAT in the current folder).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path), default=None,
+              help="Output file (default: NAME.graph.FORMAT in the current folder; - for standard output).")
 @click.option("--budget", type=click.IntRange(min=1), default=8, show_default=True, help="Inversion points chosen.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Order of the chosen points.")
 @click.option("--backend", type=click.Choice(["local", "docker", "auto"]), default="local", show_default=True,
@@ -442,9 +521,10 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
     from miner.sources import FetchError, parse_source
     from miner.store import UnknownTask
 
-    console = Console()
+    to_stdout = output == Path("-")
+    console = make_console(stderr=to_stdout)  # standard output holds the graph alone
     store = optional_store(ctx)
-    with store if store is not None else nullcontext():
+    with store if store is not None else nullcontext(), tempfile.TemporaryDirectory(prefix="miner-graph-") as scratch:
         try:
             task = store.get_task(source_or_task) if store is not None else None
         except UnknownTask:
@@ -454,27 +534,33 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
             if source is None:
                 raise ValueError(f"not a task id nor a source: {source_or_task!r}")
             prepared = prepare(source, get_backend(backend), store, commit=task.commit if task else None,
-                               work=Path.home() / ".cache" / "miner", say=lambda text: console.print(f"[dim]{text}[/dim]"))
+                               work=Path.home() / ".cache" / "miner",
+                               say=lambda text: console.print(f"[dim]{escape(text)}[/dim]"))
             project, healthy = prepared.project, prepared.state
             dependencies = build_graph(project, healthy)
             passing = set(healthy.passing)
             if task is not None:
                 radius = predict(dependencies, task.target) & passing
                 chosen = [(task.target, radius, depth(dependencies, task.target, task.f2p) or 0)]
-            else:  # the backend's system and service targets need its sandbox, which prepare does not return
+            else:
                 targets = enumerate_targets(project, healthy)
                 chosen = select_targets(dependencies, healthy, targets, budget, seed)
-            path = output or Path.cwd() / f"{task.id[:12] if task else source.name}.graph.{fmt}"
+            default = Path.cwd() / f"{task.id[:12] if task else source.name}.graph.{fmt}"
+            path = Path(scratch, f"graph.{fmt}") if to_stdout else (output or default)
             write_graph(dependencies, fmt, path, [target for target, _, _ in chosen])
         except (GraphvizMissing, FetchError, SandboxError, SkipProject, ValueError, StoreError) as exc:
             raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-    console.print(f"wrote {path} ({dependencies.number_of_nodes()} nodes, {dependencies.number_of_edges()} edges)")
+        if to_stdout:
+            click.echo(path.read_text(), nl=False)
+    where = "standard output" if to_stdout else path
+    console.print(f"wrote {escape(str(where))} ({dependencies.number_of_nodes()} nodes, "
+                  f"{dependencies.number_of_edges()} edges)")
     table = Table(title="inversion points" + (f" of task {task.id}" if task else ""))
     for column in ("target", "predicted F2P", "depth"):
         table.add_column(column)
     for target, radius, distance in chosen:
-        table.add_row(target.key, f"{len(radius)} of {len(passing)}", str(distance))
-    console.print(table)
+        table.add_row(escape(target.key), f"{len(radius)} of {len(passing)}", str(distance))
+    print_table(console, table)
 
 
 @main.group()
@@ -532,7 +618,7 @@ def images_list(as_json: bool) -> None:
         table.add_column(column)
     for item in found:
         table.add_row(item.kind, ", ".join(item.tags) or "-", item.id, f"{item.size / 1e6:.1f} MB", item.created)
-    Console().print(table)
+    print_table(make_console(), table)
 
 
 @images.command("prune")
@@ -578,10 +664,11 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["harbor", "terminal-bench", "jsonl"]), required=True,
               help="harbor = Terminal-Bench 2.0 task folders; terminal-bench = TB 1.0 folders; jsonl = one file.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder.")
+@click.option("-o", "--out", type=click.Path(file_okay=False, allow_dash=True, path_type=Path), required=True,
+              help="Output folder (jsonl: - writes the records to standard output).")
 @click.option("--type", "types", multiple=True, metavar="T", help="Exact type id or family; repeatable.")
 @click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
-@click.option("--difficulty", metavar="D", help="Exact difficulty (easy, medium, hard).")
+@click.option("--difficulty", type=click.Choice(DIFFICULTIES), help="Exact difficulty.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Export at most N tasks (oldest first).")
 @click.option("--overwrite", is_flag=True, help="Rewrite task folders (or records) that already exist.")
 @click.option("--org", default="miner", show_default=True, help="Harbor task names are ORG/NAME.")
@@ -599,25 +686,33 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], repo
         options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--org") from None
-    console = Console()
-    with open_store(ctx) as store:
+    to_stdout = out == Path("-")
+    if to_stdout and fmt != "jsonl":
+        raise click.BadParameter("- (standard output) works only with --format jsonl", param_hint="--out")
+    console = make_console(stderr=to_stdout)  # standard output holds the records alone
+    with open_store(ctx) as store, tempfile.TemporaryDirectory(prefix="miner-export-") as scratch:
+        check_type_specs(store, list(types))
         chosen = select_tasks(store, types, repo=repo, difficulty=difficulty, limit=limit)
         if not chosen:
+            check_repo(store, repo)
             raise click.ClickException("no stored task matches the filters")
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
             job = bar.add_task(f"exporting to {fmt}", total=len(chosen))
-            summary = export_tasks(store, chosen, fmt, out, options,
+            summary = export_tasks(store, chosen, fmt, Path(scratch) if to_stdout else out, options,
                                    on_task=lambda outcome: bar.advance(job))
-    table = Table(title=f"{fmt} export to {out}")
+        if to_stdout:
+            for records in sorted(Path(scratch).glob("*.jsonl")):
+                click.echo(records.read_text(), nl=False)
+    table = Table(title=f"{fmt} export to {'standard output' if to_stdout else out}")
     for column in ("status", "tasks"):
         table.add_column(column, justify="right" if column == "tasks" else "left")
     for status in ("written", "updated", "unchanged", "kept", "failed"):
         if summary.count(status):
             table.add_row(status, str(summary.count(status)))
-    console.print(table)
+    print_table(console, table)
     for outcome in summary.failed:
-        console.print(f"[red]failed[/red] {outcome.task_id} ({outcome.name}): {outcome.reason}")
+        console.print(f"[red]failed[/red] {outcome.task_id} ({outcome.name}): {escape(outcome.reason)}")
     done = [o for o in summary.outcomes if o.bytes]
     size = sum(o.bytes for o in done) / max(len(done), 1) / 1e3
     console.print(f"{len(summary.outcomes)} task(s) in {summary.seconds:.1f}s, {summary.images_built} healthy "
@@ -634,11 +729,14 @@ def check(dirs: tuple[Path, ...], as_json: bool) -> None:
 
     DIRS are task folders, or folders holding task folders.
     """
-    from miner.check import check_tasks
+    from miner.check import check_tasks, task_dirs
 
-    console = Console()
+    if not task_dirs(list(dirs)):
+        raise click.ClickException(f"no exported task in {', '.join(map(str, dirs))} "
+                                   "(a task folder holds task.toml; give it or the folder holding it)")
+    console = make_console()
     results = check_tasks(list(dirs), on_result=lambda r: as_json or console.print(
-        f"{'[green]ok[/green]' if r.ok else '[red]FAIL[/red]'} {r.name or r.path}"))
+        f"{'[green]ok[/green]' if r.ok else '[red]FAIL[/red]'} {escape(str(r.name or r.path))}"))
     if as_json:
         print_json([{"path": str(r.path), "name": r.name, "ok": r.ok, "reason": r.reason,
                      "nop": r.nop.reward if r.nop else None, "oracle": r.oracle.reward if r.oracle else None,
@@ -649,9 +747,9 @@ def check(dirs: tuple[Path, ...], as_json: bool) -> None:
             table.add_column(column)
         for r in results:
             show = lambda s: "-" if s is None else f"{s.reward} ({s.seconds:.0f}s)"  # noqa: E731
-            table.add_row(r.name or str(r.path), f"{r.build_seconds:.0f}", show(r.nop), show(r.oracle),
-                          "[green]ok[/green]" if r.ok else f"[red]{r.reason}[/red]")
-        console.print(table)
+            table.add_row(escape(r.name or str(r.path)), f"{r.build_seconds:.0f}", show(r.nop), show(r.oracle),
+                          "[green]ok[/green]" if r.ok else f"[red]{escape(r.reason)}[/red]")
+        print_table(console, table)
     failing = [r for r in results if not r.ok]
     if failing:
         raise click.ClickException("; ".join(f"{r.name or r.path}: {r.reason}" for r in failing))

@@ -23,7 +23,6 @@ from miner.models import (
     Probe,
     Project,
     SuiteRun,
-    Target,
     TestResult,
 )
 from miner.projectfiles import is_protected, project_files, test_file_of

@@ -155,8 +155,9 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
         if number > total:
             break
         check_free_space(store.root, options.min_free_gb)
-        phase(f"candidate {number}/{total}: {inversion.type_id} on {inversion.target.name}")
-        _try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph)
+        name = f"candidate {number}/{total} {inversion.type_id} on {inversion.target.name}"
+        phase(name)
+        phase(f"{name}: {_try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph)}")
 
 
 def _adaptive(candidates: list[Inversion], options: CrawlOptions,
@@ -207,12 +208,13 @@ def choose_candidates(project: Project, state: HealthyState, types: list[Inversi
 
 
 def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, itype: InversionType,
-         report: ProjectReport, graph: nx.DiGraph | None = None) -> None:
+         report: ProjectReport, graph: nx.DiGraph | None = None) -> str:
+    """Validate one candidate and store it (and its task); its result in a few words."""
     cid = inversion.id_for(project)
     counts = report.by_type.setdefault(inversion.type_id, [0, 0])
     if store.has_candidate(cid):
         report.resumed += 1
-        return
+        return "already in the store"
     candidate = validate(ctx, inversion, whole_suite_ok=itype.whole_suite)
     report.tried += 1
     counts[0] += 1
@@ -223,4 +225,5 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
         report.validated += 1
         counts[1] += 1
     store.record_candidate(project.key, candidate)
+    return "validated" if candidate.status == "validated" else f"rejected ({candidate.rule})"
 

@@ -1,13 +1,17 @@
-"""Terminal display of a crawl: a live line per project with its phase, and the closing summary."""
+"""Display of a crawl: on a terminal a live line per project with its phase; in a pipe one
+timestamped line per phase and per candidate result, flushed as it happens; then the closing
+summary (a table: see miner.display)."""
 
 from __future__ import annotations
 
 import threading
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from miner.display import plain_line, print_table, stamp
 from miner.pipeline import CrawlReport
 
 
@@ -37,18 +41,43 @@ class CrawlProgress:
             self.progress.update(row, description=text, total=1 if done else None, completed=1 if done else 0)
 
 
+class PlainProgress:
+    """In a pipe: `TIME PROJECT PHASE` lines, e.g. `2026-12-03T14:02:11 textkit candidate 3/15
+    deps/uninstall on six: validated`; safe to call from worker threads."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def phase(self, project: str, text: str) -> None:
+        with self.lock:
+            plain_line(self.console, f"{stamp()} {project} {text}")
+
+
+def crawl_progress(console: Console) -> CrawlProgress | PlainProgress:
+    """The live display on a terminal, plain lines elsewhere."""
+    return CrawlProgress(console) if console.is_terminal else PlainProgress(console)
+
+
 def print_summary(console: Console, report: CrawlReport) -> None:
     """The closing table: each project mined or skipped with its reason, and counts by type."""
     for error in report.errors:
-        console.print(f"[red]{error}[/red]")
+        console.print(f"[red]{escape(error)}[/red]")
     table = Table(title=f"crawl finished in {report.seconds:.0f}s")
     for column in ("project", "status", "tried", "validated", "resumed", "time", "reason / by type"):
         table.add_column(column, overflow="fold")
     for p in report.projects:
         by_type = ", ".join(f"{t} {v}/{n}" for t, (n, v) in sorted(p.by_type.items()) if n)
-        table.add_row(p.repo or p.source, "[green]mined[/green]" if p.status == "mined" else "[yellow]skipped[/yellow]",
-                      str(p.tried), str(p.validated), str(p.resumed), f"{p.seconds:.0f}s", p.reason or by_type)
-    console.print(table)
+        table.add_row(escape(p.repo or p.source),
+                      "[green]mined[/green]" if p.status == "mined" else "[yellow]skipped[/yellow]",
+                      str(p.tried), str(p.validated), str(p.resumed), f"{p.seconds:.0f}s", escape(p.reason or by_type))
+    print_table(console, table)
     tried = sum(p.tried for p in report.projects)
     validated = sum(p.validated for p in report.projects)
     console.print(f"{len(report.projects)} projects, {tried} candidates tried, {validated} tasks validated"

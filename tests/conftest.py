@@ -1,8 +1,21 @@
-"""Shared test helpers: the fixture projects, real git repositories made from them, and real crawls."""
+"""Shared test helpers and state: the fixture projects, real git repositories made from them, real
+crawls and exports shared by the session, and what the suite needs from the machine.
+
+Requirements. A test marked `docker` needs a Docker engine and the base image, one marked `harbor`
+the Harbor harness (its venv, the engine and the compose plugin); a test that needs overlay
+mounts calls `need("overlay", why)`. When one is missing the test is skipped with the reason, or
+FAILS with it when MINER_REQUIRE names it (`.ci/run` sets MINER_REQUIRE=docker,harbor,overlay).
+
+Speed. A test is `slow` when it is marked so (its own crawl, image builds, real package builds)
+or when it needs the session crawl or the Harbor harness (marked here, at collection), so
+`python -m pytest -m "not slow"` never starts a crawl.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -10,9 +23,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import git
 import pytest
+
+from miner.models import InversionType, Target, Task
+
+if TYPE_CHECKING:
+    from miner.export import ExportSummary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "fixtures"
@@ -85,6 +104,101 @@ def write_repos(path: Path, lines: list[str | Path]) -> Path:
     return path
 
 
+def summary_rows(output: str) -> dict[str, dict[str, str]]:
+    """The rows of the closing crawl table, keyed by project, from a crawl's piped output (where
+    tables print as tab-separated lines: a "# title" line, the header, one line a row)."""
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("project\tstatus\t")), None)
+    assert start is not None, f"no summary table in the crawl's output:\n{output[-3000:]}"
+    header = lines[start].split("\t")
+    rows = []
+    for line in lines[start + 1:]:
+        if "\t" not in line:
+            break
+        rows.append(dict(zip(header, line.split("\t"))))
+    return {row["project"]: row for row in rows}
+
+
+# -- what the suite needs from the machine ------------------------------------------------------
+
+REQUIRE_VAR = "MINER_REQUIRE"
+RESOURCES = ("docker", "harbor", "overlay")
+HARBOR_VENV = Path(os.environ.get("MINER_HARBOR_VENV", Path.home() / ".cache" / "miner" / "harbor-venv"))
+HARBOR = HARBOR_VENV / "bin" / "harbor"
+
+
+def required() -> set[str]:
+    """The resources MINER_REQUIRE names (comma list of docker, harbor, overlay)."""
+    return {word.strip() for word in os.environ.get(REQUIRE_VAR, "").split(",") if word.strip()}
+
+
+def need(resource: str, why_not: str | None) -> None:
+    """The one way a test gives up for lack of a resource: nothing when `why_not` is None; else a
+    skip naming the reason, or a failure naming it when MINER_REQUIRE says the resource is required."""
+    if why_not is None:
+        return
+    if resource in required():
+        pytest.fail(f"{resource} is required ({REQUIRE_VAR}={os.environ[REQUIRE_VAR]}) but unavailable: {why_not}",
+                    pytrace=False)
+    pytest.skip(f"no {resource}: {why_not}")
+
+
+@functools.cache
+def docker_reason() -> str | None:
+    """Why Docker tests cannot run here (no engine, no base image), or None. Asked once, when a
+    test first needs it (so a run without Docker tests never waits for an engine)."""
+    from miner import images
+    from miner.sandbox.base import BackendUnavailable
+
+    try:
+        client = images.docker_client(timeout=10)
+        images.resolve_base_image(client)
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None
+
+
+@functools.cache
+def harbor_reason() -> str | None:
+    """Why the Harbor harness cannot run here (not installed, no Docker, no compose plugin), or None."""
+    if not HARBOR.is_file():
+        return f"the Harbor harness is not installed at {HARBOR} (run .ci/harbor-setup.sh)"
+    if docker_reason():
+        return f"no Docker: {docker_reason()}"
+    compose = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+    if compose.returncode != 0:
+        return "the docker compose plugin is missing (see .ci/docker-setup.sh)"
+    return None
+
+
+REASONS: dict[str, Callable[[], str | None]] = {"docker": docker_reason, "harbor": harbor_reason}
+SLOW_FIXTURES = {"mined_crawl"}  # a test that needs one of these (directly or not) is slow
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    unknown = required() - set(RESOURCES)
+    if unknown:
+        raise pytest.UsageError(f"{REQUIRE_VAR} names unknown resources {sorted(unknown)} "
+                                f"(known: {', '.join(RESOURCES)})")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need the session crawl or the Harbor harness are slow, wherever they live."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("harbor"):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture of a `docker` or `harbor` test runs: is the resource there?"""
+    for resource, reason in REASONS.items():
+        if item.get_closest_marker(resource):
+            need(resource, reason())
+
+
+# -- shared state: the session crawl and one export of it -----------------------------------------
+
+
 @dataclass(frozen=True)
 class Crawl:
     """A finished `miner crawl`: its store, repos file and what it printed."""
@@ -113,47 +227,118 @@ def mined_store(mined_crawl: Crawl) -> Path:
     return mined_crawl.store
 
 
-def _cells(line: str, bar: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip(bar).split(bar)]
+def one_per_family(tasks: list[Task]) -> dict[str, Task]:
+    """The first task (with at least one pytest F2P test) of each family."""
+    chosen: dict[str, Task] = {}
+    for task in tasks:
+        if any(not t.startswith("probe::") for t in task.f2p):
+            chosen.setdefault(task.family, task)
+    return chosen
 
 
-def summary_rows(output: str) -> dict[str, dict[str, str]]:
-    """The rows of the closing crawl table (rich box drawing), keyed by project.
+@dataclass(frozen=True)
+class HarborExport:
+    """One Harbor export of one mined task per family: the tasks by family, the output folder,
+    the export's summary and its cache (fetched sources, healthy manifests)."""
 
-    A row starts where its status cell is filled; cells folded over several lines are joined
-    (with a space, so compare text with whitespace removed; the project name without one).
+    chosen: dict[str, Task]
+    out: Path
+    summary: ExportSummary
+    cache: Path
+
+    @property
+    def folders(self) -> dict[str, Path]:
+        """The exported task folders, by family."""
+        names = {o.task_id: o.name for o in self.summary.outcomes}
+        return {family: self.out / names[task.id] for family, task in self.chosen.items()}
+
+
+@pytest.fixture(scope="session")
+def harbor_export(mined_store: Path, tmp_path_factory: pytest.TempPathFactory) -> HarborExport:
+    """The session's Harbor export of the session crawl (builds healthy images: needs Docker),
+    shared read-only by the export, check and Harbor tests."""
+    from miner.export import ExportOptions, export_tasks
+    from miner.store import Store
+
+    need("docker", docker_reason())
+    cache, out = tmp_path_factory.mktemp("export-cache"), tmp_path_factory.mktemp("harbor")
+    with Store(mined_store, create=False) as opened:
+        chosen = one_per_family(opened.list_tasks())
+        summary = export_tasks(opened, list(chosen.values()), "harbor", out, ExportOptions(cache_dir=cache))
+    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
+    return HarborExport(chosen, out, summary, cache)
+
+
+# -- the Harbor harness --------------------------------------------------------------------------
+
+HARBOR_RUN_TIMEOUT = 1800
+
+
+@dataclass(frozen=True)
+class Harbor:
+    """The reference harness, Harbor 0.25, in its own venv (see .ci/harbor-setup.sh)."""
+
+    exe: Path
+
+    def __call__(self, *args: str | Path, timeout: float = HARBOR_RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+        return subprocess.run([str(self.exe), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                              env=env)
+
+    def assert_run_scores(self, out: Path, names: dict[str, str], agent: str, expected: float, jobs: Path) -> None:
+        """`harbor run` of every task folder in `out` with `agent`: each task (by folder name,
+        labelled by `names`) has one trial and scores `expected`."""
+        done = self("run", "-p", out, "-a", agent, "-o", jobs, "-n", "2")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        got = harbor_rewards(jobs)
+        assert set(got) == set(names), (got, done.stdout[-2000:])
+        wrong = {f"{names[task]} ({task})": reward for task, reward in got.items() if reward != expected}
+        assert not wrong, f"{agent} should score {expected}: {wrong}"
+
+
+def harbor_rewards(jobs: Path) -> dict[str, float]:
+    """Reward of each trial of the (single) job in `jobs`, by task folder name."""
+    import json
+
+    found = {}
+    for result in jobs.glob("*/*/result.json"):
+        data = json.loads(result.read_text())
+        task = Path(data["task_id"]["path"]).name if isinstance(data.get("task_id"), dict) else data.get("task_name")
+        found[task] = ((data.get("verifier_result") or {}).get("rewards") or {}).get("reward")
+    return found
+
+
+@pytest.fixture(scope="session")
+def harbor() -> Harbor:
+    """The Harbor harness (the test fails or skips, see `need`, when it cannot run here)."""
+    need("harbor", harbor_reason())
+    return Harbor(HARBOR)
+
+
+# -- sample targets for catalogue types ----------------------------------------------------------
+
+SAMPLE_TARGETS = {
+    "distribution": Target(kind="distribution", name="six", attrs={"version": "1.17.0", "project_own": False}),
+    "module": Target(kind="module", name="six", path="six.py", attrs={"dist": "six", "version": "1.17.0"}),
+    "config": Target(kind="config", name="conf/app.yaml", path="conf/app.yaml",
+                     attrs={"format": "yaml", "size": 40, "mode": "644"}),
+    "data": Target(kind="data", name="data/rows.csv", path="data/rows.csv", attrs={"size": 40, "mode": "644"}),
+    "script": Target(kind="script", name="greet", path="bin/greet", attrs={"dist": "greeter"}),
+    "envvar": Target(kind="envvar", name="APP_MODE", attrs={"value": "production"}),
+}
+
+
+def sample_target(itype: InversionType) -> Target:
+    """A target of the type's kind whose attrs satisfy its preconditions and fill its templates.
+
+    Kinds without a hand-written sample (container-only ones) get every `target.attrs.NAME`
+    their templates use, so any catalogue type, present or future, can be rendered.
     """
-    header: list[str] = []
-    rows: list[dict[str, str]] = []
-    for line in output.splitlines():
-        if line.startswith("┃"):  # header cells, possibly folded over several lines
-            cells = _cells(line, "┃")
-            header = [f"{old} {new}".strip() for old, new in zip(header, cells)] if header else cells
-            continue
-        if not line.startswith("│") or "project" not in header:
-            continue
-        row = dict(zip(header, _cells(line, "│")))
-        if row["status"] or not rows:
-            rows.append(row)
-            continue
-        for name, cell in row.items():  # a folded cell continues on this line
-            if cell:
-                glue = "" if name == "project" else " "
-                rows[-1][name] = f"{rows[-1][name]}{glue}{cell}".strip()
-    return {row["project"]: row for row in rows}
-
-
-def docker_reason() -> str | None:
-    """Why Docker tests cannot run here (no engine, no base image), or None."""
-    from miner import images
-    from miner.sandbox.base import BackendUnavailable
-
-    try:
-        client = images.docker_client(timeout=10)
-        images.resolve_base_image(client)
-    except BackendUnavailable as exc:
-        return str(exc)
-    return None
-
-
-DOCKER_SKIP = docker_reason()
+    text = itype.summary + itype.break_script + itype.fix_script
+    attrs = {name: "644" if name == "mode" else f"sample-{name}" for name in re.findall(r"target\.attrs\.(\w+)", text)}
+    attrs |= {k: v[0] if isinstance(v, list) else v for k, v in itype.preconditions.items()
+              if k != "context" and not k.startswith(("min_", "max_"))}
+    base = SAMPLE_TARGETS.get(itype.target)
+    if base is None:
+        return Target(kind=itype.target, name="sample-target-name", path="/usr/lib/sample-target-path", attrs=attrs)
+    return base.model_copy(update={"attrs": {**attrs, **base.attrs}})

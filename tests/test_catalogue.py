@@ -9,43 +9,19 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE_TARGETS, sample_target
 
 from miner.catalogue import REPO_DIR, CatalogueError, load_catalogue, render, select_types
-from miner.models import InversionType, Target
+from miner.models import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_FAMILIES = {"deps", "config", "data", "fs", "env"}  # the families every backend can run
 
-SAMPLE_TARGETS = {
-    "distribution": Target(kind="distribution", name="six", attrs={"version": "1.17.0", "project_own": False}),
-    "module": Target(kind="module", name="six", path="six.py", attrs={"dist": "six", "version": "1.17.0"}),
-    "config": Target(kind="config", name="conf/app.yaml", path="conf/app.yaml",
-                     attrs={"format": "yaml", "size": 40, "mode": "644"}),
-    "data": Target(kind="data", name="data/rows.csv", path="data/rows.csv", attrs={"size": 40, "mode": "644"}),
-    "script": Target(kind="script", name="greet", path="bin/greet", attrs={"dist": "greeter"}),
-    "envvar": Target(kind="envvar", name="APP_MODE", attrs={"value": "production"}),
-}
 SAMPLE_CONTEXT = {
     "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "six", "version": "1.17.0",
     "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "broken_b64": "aGVsbAo=",
     "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution",
 }
-
-
-def sample_target(itype: InversionType) -> Target:
-    """A target of the type's kind whose attrs satisfy its preconditions and fill its templates.
-
-    Kinds without a hand-written sample (container-only ones) get every `target.attrs.NAME`
-    their templates use, so any catalogue type, present or future, can be rendered.
-    """
-    text = itype.summary + itype.break_script + itype.fix_script
-    attrs = {name: "644" if name == "mode" else f"sample-{name}" for name in re.findall(r"target\.attrs\.(\w+)", text)}
-    attrs |= {k: v[0] if isinstance(v, list) else v for k, v in itype.preconditions.items()
-              if k != "context" and not k.startswith(("min_", "max_"))}
-    base = SAMPLE_TARGETS.get(itype.target)
-    if base is None:
-        return Target(kind=itype.target, name="sample-target-name", path="/usr/lib/sample-target-path", attrs=attrs)
-    return base.model_copy(update={"attrs": {**attrs, **base.attrs}})
 
 
 GOOD_TYPE = """\

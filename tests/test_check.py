@@ -10,21 +10,15 @@ from click.testing import CliRunner
 
 from miner.check import CheckError, check_tasks, read_config, task_dirs
 from miner.cli import main
-from test_export import DOCKER_SKIP, exported_folders
-
-needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker: {DOCKER_SKIP}")
-pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
-def exported(mined_store: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def exported(harbor_export) -> dict[str, Path]:
     """Harbor folders of one mined task per family, by family (the session's shared export)."""
-    if DOCKER_SKIP:
-        pytest.skip(f"no Docker: {DOCKER_SKIP}")
-    return exported_folders(mined_store, tmp_path_factory)
+    return harbor_export.folders
 
 
-@needs_docker
+@pytest.mark.docker
 def test_every_family_checks_out(exported: dict[str, Path]) -> None:
     """The nop run scores 0 and the oracle run 1 for one task of each family, in fresh containers."""
     results = check_tasks(list(exported.values()))
@@ -42,7 +36,7 @@ def copy_task(folder: Path, dest: Path) -> Path:
     return dest
 
 
-@needs_docker
+@pytest.mark.docker
 def test_a_break_that_breaks_nothing_is_named(exported: dict[str, Path], tmp_path: Path) -> None:
     task = copy_task(next(iter(exported.values())), tmp_path / "noop-break")
     (task / "environment" / "break.sh").write_text("#!/bin/bash\ntrue\n")
@@ -51,7 +45,7 @@ def test_a_break_that_breaks_nothing_is_named(exported: dict[str, Path], tmp_pat
     assert "without the fix the verifier scored 1" in result.reason
 
 
-@needs_docker
+@pytest.mark.docker
 def test_a_solution_that_fixes_nothing_is_named(exported: dict[str, Path], tmp_path: Path) -> None:
     task = copy_task(next(iter(exported.values())), tmp_path / "noop-fix")
     (task / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
@@ -61,7 +55,7 @@ def test_a_solution_that_fixes_nothing_is_named(exported: dict[str, Path], tmp_p
     assert result.oracle.failing, "the reason names the checks that still fail"
 
 
-@needs_docker
+@pytest.mark.docker
 def test_an_environment_that_does_not_build_is_named(exported: dict[str, Path], tmp_path: Path) -> None:
     task = copy_task(next(iter(exported.values())), tmp_path / "no-build")
     (task / "environment" / "build" / "install.sh").write_text("echo no such package >&2; exit 3\n")
@@ -84,7 +78,7 @@ def test_task_dirs_expands_a_folder_of_tasks(tmp_path: Path) -> None:
     assert task_dirs([tmp_path]) == [tmp_path / "a", tmp_path / "b"]
 
 
-@needs_docker
+@pytest.mark.docker
 def test_cli_check_prints_a_table_and_fails_naming_why(exported: dict[str, Path], tmp_path: Path) -> None:
     good = next(iter(exported.values()))
     bad = copy_task(good, tmp_path / "bad")

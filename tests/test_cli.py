@@ -254,3 +254,37 @@ def test_inversions_reports_a_broken_catalogue(tmp_path: Path) -> None:
     result = run("inversions", "--catalogue-dir", str(tmp_path / "catalogue"))
     assert result.exit_code == 1
     assert "oops.yaml" in result.output
+
+
+# -- output in a pipe and on a terminal ---------------------------------------------------------
+
+
+def test_tables_in_a_pipe_are_tab_separated_and_never_wrap(store_root: Path) -> None:
+    narrow = {"COLUMNS": "40"}  # what a pipe used to get: rich folded every cell to fit
+    lines = run("--store", str(store_root), "tasks", "list", env=narrow).output.splitlines()
+    assert lines[0] == "# 3 task(s)"
+    assert lines[1].split("\t") == ["id", "type", "repo", "target", "difficulty", "f2p", "p2p"]
+    rows = [line.split("\t") for line in lines[2:]]
+    assert len(rows) == 3 and all(len(row) == 7 for row in rows)
+    assert {row[0] for row in rows} == {t["id"] for t in json.loads(run("--store", str(store_root), "tasks", "list",
+                                                                        "--json").output)}
+    assert {row[2] for row in rows} == {GREETER, TABULATE}
+    shown = run("--store", str(store_root), "tasks", "show", rows[0][0], env=narrow).output
+    assert "==> break.sh <==\n#!/bin/bash\n" in shown and f"id\t{rows[0][0]}\n" in shown
+
+
+def test_inversions_in_a_pipe_print_whole_descriptions() -> None:
+    from miner.catalogue import load_catalogue
+
+    catalogue = load_catalogue()
+    lines = run("inversions", env={"COLUMNS": "40"}).output.splitlines()
+    assert lines[1].split("\t") == ["id", "target", "backends", "whole suite", "description"]
+    rows = {cells[0]: cells for cells in (line.split("\t") for line in lines[2:])}
+    assert set(rows) == set(catalogue)
+    for type_id, cells in rows.items():
+        assert cells[4] == " ".join(catalogue[type_id].description.split()), type_id
+
+
+def test_a_terminal_gets_rich_tables(store_root: Path) -> None:
+    shown = run("--store", str(store_root), "tasks", "list", env={"FORCE_COLOR": "1", "COLUMNS": "200"}).output
+    assert "┃" in shown and "\t" not in shown

@@ -1,9 +1,9 @@
 """Exporters and the exported verifier, on tasks the real crawl mined from fixtures/.
 
-Unit parts need nothing; the rest exports real tasks (the session crawl of the good fixtures),
-builds them in a real Docker engine, and attacks the verifier: each attack is applied to the
-broken environment in a fresh container, a naive pytest run shows that it would fool a naive
-verifier, and tests/test.sh must still score 0.
+Unit parts need nothing; the rest (slow: it needs the session crawl) exports real tasks mined
+from the good fixtures, builds them in a real Docker engine (marked `docker`), and attacks the
+verifier: each attack is applied to the broken environment in a fresh container, a naive pytest
+run shows that it would fool a naive verifier, and tests/test.sh must still score 0.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import DOCKER_SKIP
+from conftest import LOCAL_FAMILIES, run_miner
 
 from miner import images
 from miner.check import Checker, read_config, read_file
 from miner.cli import main
-from miner.export import ExportOptions, ExportSummary, export_tasks, select_tasks
+from miner.export import ExportOptions, export_tasks, select_tasks
 from miner.export.common import (
     ExportError,
     constraints,
@@ -39,7 +39,6 @@ from miner.store import Store
 from miner.testing import parse_junit
 
 ASSETS = Path(__file__).resolve().parent.parent / "miner" / "assets"
-FAMILIES = ("deps", "config", "data", "fs", "env")
 
 
 # What an agent would add to force every test to pass: replace how pytest builds test reports.
@@ -54,8 +53,6 @@ FORCE_PASS = textwrap.dedent("""
 """)
 
 
-needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker: {DOCKER_SKIP}")
-
 
 def load_verifier():
     """The standalone verifier module (miner/assets/verifier.py), imported by path."""
@@ -65,15 +62,6 @@ def load_verifier():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def one_per_family(tasks: list[Task]) -> dict[str, Task]:
-    """The first task (with at least one pytest F2P test) of each family."""
-    chosen: dict[str, Task] = {}
-    for task in tasks:
-        if any(not t.startswith("probe::") for t in task.f2p):
-            chosen.setdefault(task.family, task)
-    return chosen
 
 
 def tree_digest(root: Path) -> str:
@@ -221,55 +209,20 @@ def store(mined_store: Path) -> Store:
         yield opened
 
 
-_SHARED: dict[str, tuple[dict[str, Task], Path, ExportSummary, Path]] = {}
-
-
-def shared_harbor_export(mined_store: Path, factory: pytest.TempPathFactory):
-    """(task by family, output folder, summary, export cache) of one Harbor export of one mined task
-    per family: made once per session and shared, read-only, by the test modules that need it."""
-    key = str(mined_store)
-    if key not in _SHARED:
-        cache, out = factory.mktemp("export-cache"), factory.mktemp("harbor")
-        with Store(mined_store, create=False) as opened:
-            chosen = one_per_family(opened.list_tasks())
-            summary = export_tasks(opened, list(chosen.values()), "harbor", out, ExportOptions(cache_dir=cache))
-        assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
-        _SHARED[key] = (chosen, out, summary, cache)
-    return _SHARED[key]
-
-
-def exported_folders(mined_store: Path, factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The shared export's task folders, by family."""
-    chosen, out, summary, _ = shared_harbor_export(mined_store, factory)
-    names = {o.task_id: o.name for o in summary.outcomes}
-    return {family: out / names[task.id] for family, task in chosen.items()}
-
-
 @pytest.fixture(scope="module")
-def harbor_export(mined_store: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The shared Harbor export: (task by family, output folder, summary)."""
-    if DOCKER_SKIP:
-        pytest.skip(f"no Docker: {DOCKER_SKIP}")
-    return shared_harbor_export(mined_store, tmp_path_factory)[:3]
-
-
-@pytest.fixture(scope="module")
-def export_cache(mined_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def export_cache(harbor_export) -> Path:
     """Fetched sources and healthy manifests of the exports (the session store stays read-only)."""
-    if DOCKER_SKIP:
-        return tmp_path_factory.mktemp("export-cache")
-    return shared_harbor_export(mined_store, tmp_path_factory)[3]
+    return harbor_export.cache
 
 
-@needs_docker
+@pytest.mark.docker
 def test_the_mined_tasks_cover_every_local_family(harbor_export) -> None:
-    chosen, _, _ = harbor_export
-    assert set(FAMILIES) <= set(chosen), f"families mined: {sorted(chosen)}"
+    assert set(LOCAL_FAMILIES) <= set(harbor_export.chosen), f"families mined: {sorted(harbor_export.chosen)}"
 
 
-@needs_docker
+@pytest.mark.docker
 def test_harbor_layout_and_contents(harbor_export) -> None:
-    chosen, out, summary = harbor_export
+    chosen, out, summary = harbor_export.chosen, harbor_export.out, harbor_export.summary
     assert {o.status for o in summary.outcomes} == {"written"}
     for task in chosen.values():
         folder = out / next(o.name for o in summary.outcomes if o.task_id == task.id)
@@ -303,9 +256,9 @@ def test_harbor_layout_and_contents(harbor_export) -> None:
         assert "cap_drop" in (folder / "environment" / "docker-compose.yaml").read_text()
 
 
-@needs_docker
+@pytest.mark.docker
 def test_export_again_is_idempotent(store: Store, harbor_export, export_cache: Path) -> None:
-    chosen, out, _ = harbor_export
+    chosen, out = harbor_export.chosen, harbor_export.out
     before = tree_digest(out)
     again = export_tasks(store, list(chosen.values()), "harbor", out, ExportOptions(cache_dir=export_cache))
     assert {o.status for o in again.outcomes} == {"kept"}
@@ -316,10 +269,10 @@ def test_export_again_is_idempotent(store: Store, harbor_export, export_cache: P
     assert tree_digest(out) == before
 
 
-@needs_docker
+@pytest.mark.docker
 def test_exported_image_holds_no_answer(harbor_export) -> None:
     """The built environment has no break script, build files, tests, solution or git history."""
-    chosen, out, summary = harbor_export
+    chosen, out, summary = harbor_export.chosen, harbor_export.out, harbor_export.summary
     task = chosen["data"] if "data" in chosen else next(iter(chosen.values()))
     folder = out / next(o.name for o in summary.outcomes if o.task_id == task.id)
     checker = Checker()
@@ -362,7 +315,7 @@ def copy_store(root: Path, dest: Path) -> Path:
     return dest
 
 
-@needs_docker
+@pytest.mark.docker
 def test_cli_export_filters_progress_summary_and_rerun(mined_store: Path, tmp_path: Path) -> None:
     root = copy_store(mined_store, tmp_path / "store")
     with Store(root, create=False) as opened:
@@ -381,26 +334,39 @@ def test_cli_export_filters_progress_summary_and_rerun(mined_store: Path, tmp_pa
     assert second.exit_code == 0 and "kept" in second.output
     nothing = runner.invoke(main, ["export", "--format", "harbor", "--out", str(tmp_path / "o2"), "--type", "nope"],
                             env=env)
-    assert nothing.exit_code != 0 and "no stored task matches" in nothing.output
+    assert nothing.exit_code != 0 and "unknown inversion type or family 'nope'" in nothing.output
+    nothing = runner.invoke(main, ["export", "--format", "harbor", "--out", str(tmp_path / "o2"), "--type", "fs",
+                                   "--repo", "no-such-repo"], env=env)
+    assert nothing.exit_code != 0 and "no project in the store matches" in nothing.output
 
 
-def test_a_task_that_cannot_be_exported_is_reported(mined_store: Path, tmp_path: Path) -> None:
-    """A task whose test command is not plain pytest fails alone, with the reason; the CLI exits non-zero."""
+def odd_task_store(mined_store: Path, root: Path) -> Task:
+    """A store at root holding one mined task whose test command is not plain pytest."""
     with Store(mined_store, create=False) as opened:
         task = opened.list_tasks()[0]
     odd = task.model_copy(update={"id": "0" * 16, "test_command": "make check"})
-    with Store(tmp_path / "store") as other:
+    with Store(root) as other:
         other.add_task(odd, {"break.sh": odd.break_script, "fix.sh": odd.fix_script})
+    return odd
+
+
+def test_a_task_without_a_plain_pytest_command_exports_to_jsonl(mined_store: Path, tmp_path: Path) -> None:
+    odd = odd_task_store(mined_store, tmp_path / "store")
+    with Store(tmp_path / "store") as other:
         summary = export_tasks(other, [odd], "jsonl", tmp_path / "out", ExportOptions(cache_dir=tmp_path / "c"))
-        assert summary.outcomes[0].status == "written"  # jsonl needs no verifier
-        if DOCKER_SKIP is None:
-            summary = export_tasks(other, [odd], "harbor", tmp_path / "out",
-                                   ExportOptions(cache_dir=tmp_path / "c"))
-            assert summary.failed and "make check" in summary.failed[0].reason
+    assert summary.outcomes[0].status == "written"  # jsonl needs no verifier
+
+
+@pytest.mark.docker
+def test_a_task_that_cannot_be_exported_is_reported(mined_store: Path, tmp_path: Path) -> None:
+    """A task whose test command is not plain pytest fails alone, with the reason; the CLI exits non-zero."""
+    odd = odd_task_store(mined_store, tmp_path / "store")
+    with Store(tmp_path / "store") as other:
+        summary = export_tasks(other, [odd], "harbor", tmp_path / "out", ExportOptions(cache_dir=tmp_path / "c"))
+    assert summary.failed and "make check" in summary.failed[0].reason
     result = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "export", "--format", "harbor",
                                        "--out", str(tmp_path / "o")], env={"COLUMNS": "200"})
-    if DOCKER_SKIP is None:
-        assert result.exit_code != 0 and "could not be exported" in result.output
+    assert result.exit_code != 0 and "could not be exported" in result.output
 
 
 def test_jsonl_records(mined_store: Path, tmp_path: Path) -> None:
@@ -424,7 +390,18 @@ def test_jsonl_records(mined_store: Path, tmp_path: Path) -> None:
         assert "COPY . /sandbox/project/" in record["dockerfile"] and "base64 -d" in record["dockerfile"]
 
 
-@needs_docker
+def test_jsonl_records_to_standard_output(mined_store: Path, tmp_path: Path) -> None:
+    """`-o -`: the records alone on standard output (the summary on stderr), as the file holds them."""
+    root = copy_store(mined_store, tmp_path / "store")
+    piped = run_miner(root, "export", "--format", "jsonl", "-o", "-")
+    assert piped.returncode == 0, piped.stderr
+    written = run_miner(root, "export", "--format", "jsonl", "-o", tmp_path / "out")
+    assert written.returncode == 0, written.stderr
+    assert piped.stdout == (tmp_path / "out" / "tasks.jsonl").read_text()
+    assert "jsonl export to standard output" in piped.stderr
+
+
+@pytest.mark.docker
 def test_jsonl_dockerfile_builds_the_broken_environment_from_a_checkout(mined_store: Path, tmp_path: Path) -> None:
     """The record's Dockerfile, with the project folder as build context, gives the broken state."""
     with Store(mined_store, create=False) as opened:
@@ -458,7 +435,7 @@ def test_jsonl_dockerfile_builds_the_broken_environment_from_a_checkout(mined_st
         client.images.remove(image.id, force=True)
 
 
-@needs_docker
+@pytest.mark.docker
 def test_terminal_bench_layout(mined_store: Path, tmp_path: Path, export_cache: Path) -> None:
     with Store(mined_store, create=False) as opened:
         task = opened.list_tasks()[0]
@@ -596,8 +573,6 @@ def attack_target(store: Store, export_cache: Path, tmp_path_factory: pytest.Tem
     The F2P ids are those a patched pytest can flip to "passed" in a naive run (the control half
     of each attack test); a config task is preferred.
     """
-    if DOCKER_SKIP:
-        pytest.skip(f"no Docker: {DOCKER_SKIP}")
     ordered = sorted(store.list_tasks(), key=lambda t: t.family != "config")
     task = next((t for t in ordered if fooled_by_a_patched_pytest(store, t)[1]), None)
     assert task is not None, "no mined task has an F2P test failing in-process"
@@ -633,7 +608,7 @@ def naive_exit_code(container) -> int:
     return int(in_sandbox(container, "python -m pytest -p no:cacheprovider -q >/dev/null 2>&1; echo $?").split()[-1])
 
 
-@needs_docker
+@pytest.mark.docker
 def test_untouched_broken_environment_scores_zero_and_fails_naively(attack_target) -> None:
     """The baseline the attacks start from: F2P fails, so the reward is 0 honestly."""
     folder, image, f2p, checker, _ = attack_target
@@ -647,7 +622,7 @@ def test_untouched_broken_environment_scores_zero_and_fails_naively(attack_targe
         container.remove(force=True)
 
 
-@needs_docker
+@pytest.mark.docker
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_attack_scores_zero(attack_target, attack: str) -> None:
     folder, image, f2p, checker, places = attack_target
@@ -673,7 +648,7 @@ def test_attack_scores_zero(attack_target, attack: str) -> None:
         container.remove(force=True)
 
 
-@needs_docker
+@pytest.mark.docker
 def test_reward_writer_left_running_is_killed(attack_target) -> None:
     folder, image, _, checker, _ = attack_target
     container = checker.start(image, folder)
@@ -697,7 +672,7 @@ def test_reward_writer_left_running_is_killed(attack_target) -> None:
         container.remove(force=True)
 
 
-@needs_docker
+@pytest.mark.docker
 def test_planted_reward_json_is_removed(attack_target) -> None:
     """Harbor reads reward.json before reward.txt: one planted by the agent must not survive."""
     folder, image, _, checker, _ = attack_target
@@ -710,7 +685,7 @@ def test_planted_reward_json_is_removed(attack_target) -> None:
         container.remove(force=True)
 
 
-@needs_docker
+@pytest.mark.docker
 def test_replaced_interpreter_scores_zero(attack_target) -> None:
     """A fake /usr/bin/python3 that just writes 1 is refused before it runs."""
     folder, image, _, checker, _ = attack_target

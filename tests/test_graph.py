@@ -648,6 +648,7 @@ def check(built: Built, graph: nx.DiGraph, target: Target, exact: bool, **breaks
         assert predicted == observed, f"{target.key}: predicted too much: {sorted(predicted - observed)}"
 
 
+@pytest.mark.slow  # builds a fixture project
 def test_inventory_app_predictions_match_real_breaks(inventory_app: Built) -> None:
     graph = build_graph(inventory_app.project, inventory_app.healthy)
     check(inventory_app, graph, Target(kind="distribution", name="six"), exact=True, shadow={"six.py": BROKEN_MODULE})
@@ -665,6 +666,7 @@ def test_inventory_app_predictions_match_real_breaks(inventory_app: Built) -> No
           files={"inventory/data/products.csv": "sku,name,category,quantity,unit_price,received\n"})
 
 
+@pytest.mark.slow  # builds a fixture project
 def test_textkit_predictions_match_real_breaks(textkit: Built) -> None:
     graph = build_graph(textkit.project, textkit.healthy)
     assert graph.has_edge("module:textkit", "distribution:textkit")  # src layout
@@ -675,6 +677,7 @@ def test_textkit_predictions_match_real_breaks(textkit: Built) -> None:
           files={"tests/data/article.txt": "nothing here\n"})
 
 
+@pytest.mark.slow  # builds a fixture project
 def test_weather_report_predictions_match_real_breaks(weather: Built) -> None:
     graph = build_graph(weather.project, weather.healthy)
     check(weather, graph, Target(kind="config", name="weather.toml", path="weather.toml"), exact=False,
@@ -683,6 +686,7 @@ def test_weather_report_predictions_match_real_breaks(weather: Built) -> None:
           shadow={"tomli_w.py": BROKEN_MODULE})
 
 
+@pytest.mark.slow  # builds a fixture project
 def test_fixture_graph_renders_readably(inventory_app: Built, tmp_path: Path) -> None:
     graph = build_graph(inventory_app.project, inventory_app.healthy)
     chosen = select_targets(graph, inventory_app.healthy, [
@@ -731,6 +735,7 @@ def test_graph_command_draws_a_stored_task(stockapp: Built, tmp_path: Path) -> N
     assert json.loads(out.read_text())["highlight"] == ["distribution:six"]
 
 
+@pytest.mark.slow  # builds a fixture project
 def test_miner_graph_on_a_fixture_source(tmp_path: Path) -> None:
     """`miner graph FOLDER`: fetched, built and measured in the local sandbox, then drawn."""
     from click.testing import CliRunner

@@ -22,6 +22,7 @@ from miner.sandbox.base import Healthy
 from miner.sandbox.local import LocalBackend
 from miner.sources import fetch, parse_source
 
+pytestmark = pytest.mark.slow  # builds a project, then runs its suite several times per test
 COINS = 24
 FILES = {
     "pyproject.toml": """

@@ -1,5 +1,5 @@
 """miner.images: mirrors, pip forwarding, the broken-image Dockerfile, base image resolution,
-listing and pruning against a real engine (skipped with the reason when none answers)."""
+listing and pruning against a real engine (tests marked `docker`: see `need` in conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import uuid
 
 import pytest
+from conftest import need
 
 from miner import images
 from miner.sandbox.base import BackendUnavailable, BuildError
@@ -93,7 +94,7 @@ try:
     NO_ENGINE = None
 except BackendUnavailable as exc:
     CLIENT, NO_ENGINE = None, str(exc)
-needs_engine = pytest.mark.skipif(NO_ENGINE is not None, reason=NO_ENGINE or "")
+needs_engine = pytest.mark.docker
 
 
 def _bootstrap_present() -> bool:
@@ -103,8 +104,7 @@ def _bootstrap_present() -> bool:
 @pytest.fixture
 def fake_healthy():
     """A tiny image with the sandbox layout, labelled for this test only."""
-    if not _bootstrap_present():
-        pytest.skip(f"{images.BOOTSTRAP_TAG} is missing: run `miner images bootstrap`")
+    need("docker", None if _bootstrap_present() else f"{images.BOOTSTRAP_TAG} is missing: run `miner images bootstrap`")
     mark = uuid.uuid4().hex[:8]
     image = images.build_image(
         CLIENT,
@@ -170,6 +170,7 @@ def test_resolve_base_image(monkeypatch):
 
 
 @needs_engine
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("MINER_TEST_BOOTSTRAP") != "1",
                     reason="debootstrap takes minutes: set MINER_TEST_BOOTSTRAP=1 (CI bootstraps via .ci/docker-setup.sh)")
 def test_bootstrap_base_builds_a_python_image():

@@ -163,6 +163,7 @@ def build_and_test(proj: Project, workdir: Path) -> dict[str, str]:
     return suite.outcomes()
 
 
+@pytest.mark.slow  # a real build from the package index
 def test_build_setup_py_only_with_unittest_tests(tmp_path: Path) -> None:
     proj = project(
         tmp_path / "src",
@@ -187,6 +188,7 @@ def test_build_setup_py_only_with_unittest_tests(tmp_path: Path) -> None:
     assert build_and_test(proj, tmp_path / "work") == {"tests/test_legacy.py::LegacyTest::test_shout": "passed"}
 
 
+@pytest.mark.slow  # a real build from the package index
 def test_build_flit_with_test_extra_and_config_plugin(tmp_path: Path) -> None:
     proj = project(
         tmp_path / "src",
@@ -215,6 +217,7 @@ def test_build_flit_with_test_extra_and_config_plugin(tmp_path: Path) -> None:
     assert build_and_test(proj, tmp_path / "work") == {"tests/test_f.py::test_parse": "passed"}
 
 
+@pytest.mark.slow  # a real build from the package index
 def test_build_poetry_core_and_hatch(tmp_path: Path) -> None:
     poetry = project(
         tmp_path / "poetry",
@@ -264,6 +267,7 @@ def test_build_poetry_core_and_hatch(tmp_path: Path) -> None:
     assert build_and_test(hatch, tmp_path / "work-hatch") == {"tests/test_h.py::test_value": "passed"}
 
 
+@pytest.mark.slow  # a real build from the package index
 def test_build_fails_when_the_project_cannot_install(tmp_path: Path) -> None:
     proj = project(tmp_path / "src", {"setup.py": "raise SystemExit('cannot build here')\n"})
     with pytest.raises(BuildError) as caught:

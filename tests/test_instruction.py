@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import sample_target
 
 from miner.catalogue import load_catalogue, render
 from miner.instruction import (
@@ -18,7 +19,6 @@ from miner.instruction import (
     write_instruction,
 )
 from miner.models import Candidate, HealthyState, Probe, Source, Target, Task
-from test_catalogue import sample_target
 
 CATALOGUE = load_catalogue()
 TEST_ID = "tests/test_report.py::test_totals[week]"

@@ -195,6 +195,24 @@ def test_crawl_mines_every_good_fixture(mined_crawl: Crawl) -> None:
     assert all(t.backend == "local" for t in tasks)
 
 
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"  # the local time that starts each progress line in a pipe
+
+
+def test_a_piped_crawl_prints_a_timestamped_line_per_phase_and_per_result(mined_crawl: Crawl) -> None:
+    """The session crawl's output went to a pipe: plain lines, no live display, no box drawing."""
+    budget = int(MINED_OPTIONS[MINED_OPTIONS.index("--budget") + 1])
+    lines = mined_crawl.output.splitlines()
+    stamped = [line for line in lines if re.match(rf"{STAMP} ", line)]
+    assert [line[:19] for line in stamped] == sorted(line[:19] for line in stamped)  # printed as it happened
+    assert not any(line.startswith(("┃", "│", "┏")) for line in lines)
+    for name in GOOD_FIXTURES:
+        phases = [line.split(" ", 2)[2] for line in stamped if line.split(" ", 2)[1] == name]
+        assert phases[:4] == ["fetching", "building", "recording healthy state", "choosing inversion points"], phases
+        results = [p for p in phases if re.fullmatch(r"candidate \d+/\d+ \S+ on .+: (validated|rejected \(\S+\))", p)]
+        assert len(results) == budget, phases
+        assert phases[-1].startswith("mined: "), phases
+
+
 def test_every_stored_task_meets_the_acceptance_rules(mined_store: Path) -> None:
     store = Store(mined_store, create=False)
     tasks = store.list_tasks()
@@ -287,14 +305,25 @@ def test_tasks_list_filters_and_json_shape(mined_store: Path) -> None:
     for type_id in sorted({r["type"] for r in rows if r["family"] == "deps"} | {"deps/uninstall"}):
         exact = list_json(mined_store, "--type", type_id)
         assert {r["id"] for r in exact} == {r["id"] for r in rows if r["type"] == type_id}
-    assert list_json(mined_store, "--type", "deps/no-such-type") == []
+    unknown = run_miner(mined_store, "tasks", "list", "--json", "--type", "deps/no-such-type")
+    assert unknown.returncode != 0 and "unknown inversion type or family 'deps/no-such-type'" in unknown.stderr
     textkit = list_json(mined_store, "--repo", "textkit")
     assert textkit and {r["id"] for r in textkit} == {r["id"] for r in rows if r["repo"].endswith("/textkit")}
+
+
+def test_graph_of_a_task_to_standard_output(mined_store: Path, tmp_path: Path) -> None:
+    """`miner graph ID -o -`: the graph alone on standard output, the report on stderr."""
+    task = Store(mined_store, create=False).list_tasks()[0]
+    done = run_miner(mined_store, "graph", task.id, "--format", "json", "-o", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    graph = json.loads(done.stdout)
+    assert graph and "wrote standard output" in done.stderr and list(tmp_path.iterdir()) == []
 
 
 # -- bad input --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a crawl of its own
 def test_bad_input_is_reported_and_the_rest_is_mined(tmp_path: Path) -> None:
     good = FIXTURES / "textkit"
     repos = write_repos(tmp_path / "repos.txt", [

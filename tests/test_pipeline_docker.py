@@ -12,7 +12,7 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-from conftest import DOCKER_SKIP, FIXTURES, run_miner, write_repos
+from conftest import FIXTURES, run_miner, write_repos
 
 from miner import graph as graphs
 from miner.check import check_tasks
@@ -21,7 +21,7 @@ from miner.models import Task
 from miner.sources import fetch, parse_source
 from miner.store import Store
 
-pytestmark = [pytest.mark.docker, pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker: {DOCKER_SKIP}")]
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 DOCKERIZED = ("docker-cli", "docker-service")
 BUDGET = "14"  # per project: enough for every family to get a turn (families are interleaved)
@@ -191,16 +191,12 @@ def test_dockerized_tasks_export_to_every_format(docker_store: Path, dockerized_
 
 @pytest.mark.harbor
 @pytest.mark.parametrize("agent, expected", [("oracle", 1.0), ("nop", 0.0)])
-def test_harbor_scores_dockerized_tasks(dockerized_export: dict[str, Path], tmp_path: Path, agent: str,
+def test_harbor_scores_dockerized_tasks(harbor, dockerized_export: dict[str, Path], tmp_path: Path, agent: str,
                                         expected: float) -> None:
     """The reference harness on the system and service tasks: lint clean but for the shared verifier."""
-    from test_harbor import assert_run_scores, harbor, harbor_reason
-
-    if (why := harbor_reason()) is not None:
-        pytest.skip(why)
     out = next(iter(dockerized_export.values())).parent
     names = {folder.name: key for key, folder in dockerized_export.items()}
     if agent == "oracle":
         findings = json.loads(harbor("lint", *sorted(out / n for n in names), "--json", timeout=300).stdout)
         assert {f["rule"] for f in findings} <= {"shared-verifier"}, findings
-    assert_run_scores(out, names, agent, expected, tmp_path / "jobs")
+    harbor.assert_run_scores(out, names, agent, expected, tmp_path / "jobs")

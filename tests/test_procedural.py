@@ -1,23 +1,21 @@
 """The procedural inverter: target enumeration, ordering, config editing, and every catalogue
 type's break and fix scripts run for real against a real virtual environment.
 
-The end-to-end tests build one small world per module: a project folder with config and data
-files and a console script, installed with six and iniconfig into a `python -m venv`, plus an
-environment file. Each type's rendered break script must change what it says it changes, and
-its fix script (the oracle) must bring every file of the world back byte for byte.
+The end-to-end tests build one small world per module with the local backend: a project folder
+with config and data files and a console script, installed with six and iniconfig into the
+sandbox's venv, plus its environment file. Each type's rendered break script runs in a fresh
+fork of that sandbox (never on the host) and must change what it says it changes, and its fix
+script (the oracle) must bring every file of the sandbox back byte for byte.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shlex
-import stat
-import subprocess
 import sys
 import textwrap
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +31,12 @@ from miner.inverters.procedural import (
     retyped,
     wrong_value,
 )
+from miner.healthy import collect_inventory, hash_tree
 from miner.inverters.targets import code_facts, dependency_depths, enumerate_targets, parse_config
-from miner.models import Distribution, HealthyState, Project, Source, Target
+from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, Distribution, HealthyState, Project, RunResult, Source, Target
+from miner.sandbox.base import BuildSpec, Healthy, Limits, Sandbox
+from miner.sandbox.local import LocalBackend
 
-ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = load_catalogue()
 ENV_VALUES = {"GREETER_MODE": "production", "GREETER_HOME": "/srv/greeter", "UNRELATED": "1"}
 
@@ -161,40 +161,23 @@ PROJECT_FILES = {
 }
 
 
+WATCHED = (PROJECT_DIR, VENV_DIR, ENV_FILE)  # what a break may change and a fix must restore
+
+
 @dataclass
 class World:
+    """The project on the host (what the target enumeration reads), its healthy state, and the
+    built sandbox every end-to-end test forks, with a snapshot of its files."""
+
     project: Project
     healthy: HealthyState
-    venv: Path
-    env_file: Path
+    backend: LocalBackend
+    env: Healthy
+    files: dict[str, tuple]
 
     @property
     def root(self) -> Path:
         return self.project.path
-
-    @property
-    def python(self) -> Path:
-        return self.venv / "bin" / "python"
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-        env.update(
-            MINER_PROJECT=str(self.root), MINER_VENV=str(self.venv), MINER_PYTHON=str(self.python),
-            MINER_SITE_PACKAGES=self.healthy.site_packages, MINER_ENV_FILE=str(self.env_file),
-            PATH=f"{self.venv}/bin:{env.get('PATH', '/usr/bin:/bin')}",
-        )
-        return env
-
-    def bash(self, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", "-c", script], cwd=self.root, env=self.env(), capture_output=True,
-                              text=True, timeout=timeout)
-
-    def sandboxed(self, command: str) -> subprocess.CompletedProcess:
-        """A command as a sandbox runs it: the environment file sourced first."""
-        return self.bash(f'source "$MINER_ENV_FILE"; {command}', timeout=60)
-
-    def python_code(self, code: str) -> subprocess.CompletedProcess:
-        return self.sandboxed(f'"$MINER_PYTHON" -c {shlex.quote(code)}')
 
 
 def write_project(root: Path) -> None:
@@ -204,16 +187,21 @@ def write_project(root: Path) -> None:
         path.write_text(textwrap.dedent(text), encoding="utf-8")
 
 
-def run(argv: list[str], **kwargs) -> str:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, **kwargs)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+def snapshot(box: Sandbox) -> dict[str, tuple]:
+    """Every file of the sandbox's project, venv and env file: (mode, content hash) or ("link", target).
 
-
-def real_inventory(python: Path) -> tuple[str, list[Distribution]]:
-    """Site-packages and distributions as recorded inside the venv by miner's own inventory script."""
-    report = json.loads(run([str(python), str(ROOT / "miner" / "assets" / "inventory.py")]))
-    return report["site_packages"], [Distribution.model_validate(d) for d in report["dists"]]
+    Bytecode caches are left out (imports write them); a file a break made unreadable has no hash.
+    """
+    roots = " ".join(WATCHED)
+    listing = box.run(f"find {roots} -xdev -name __pycache__ -prune -o -type l -printf 'link\\t%l\\t%p\\n' "
+                      f"-o -type f -printf '%m\\t\\t%p\\n'", timeout=120)
+    assert listing.exit_code == 0, listing.output[-2000:]
+    hashes = hash_tree(box, list(WATCHED))
+    state = {}
+    for line in listing.output.splitlines():
+        kind, link, path = line.split("\t", 2)
+        state[path] = ("link", link) if kind == "link" else (int(kind, 8), hashes.get(path, "unreadable"))
+    return state
 
 
 @pytest.fixture(scope="module")
@@ -221,17 +209,15 @@ def world(tmp_path_factory) -> World:
     base = tmp_path_factory.mktemp("world")
     root = base / "project"
     write_project(root)
-    venv = base / "venv"
-    run([sys.executable, "-m", "venv", str(venv)])
-    run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "six", "iniconfig",
-         str(root)])
-    site_packages, inventory = real_inventory(venv / "bin" / "python")
-    env_file = base / "env.sh"
-    # written like the local sandbox writes it: one sorted, shell-quoted export per variable
-    exports = [f"export {k}={shlex.quote(v)}\n" for k, v in sorted(ENV_VALUES.items())]
-    env_file.write_text("# healthy\n" + "".join(exports))
     project = Project(source=Source(raw=str(root), kind="local", location=str(root)), repo=str(root),
                       commit="0" * 40, path=root)
+    backend = LocalBackend()
+    spec = BuildSpec(python=sys.executable, install_script="pip install -q six iniconfig .", env=dict(ENV_VALUES),
+                     limits=Limits(timeout=600))
+    env = backend.build(project, spec, base / "work")
+    with backend.fork(env) as box:
+        site_packages, inventory, _ = collect_inventory(box)
+        files = snapshot(box)
     healthy = HealthyState(
         repo=project.repo, commit=project.commit, backend="local", test_command="python -m pytest",
         outcomes={"tests/test_greeter.py::test_sample": "passed", "tests/test_greeter.py::test_words": "passed"},
@@ -239,24 +225,14 @@ def world(tmp_path_factory) -> World:
         protected=sorted(rel for rel in PROJECT_FILES if rel.endswith(".py")), env=dict(ENV_VALUES),
         site_packages=site_packages,
     )
-    return World(project=project, healthy=healthy, venv=venv, env_file=env_file)
+    return World(project=project, healthy=healthy, backend=backend, env=env, files=files)
 
 
-def snapshot(world: World) -> dict[str, tuple]:
-    """Every file of the world (project, venv, env file): kind, mode and content hash or link target."""
-    state = {}
-    paths = [world.env_file]
-    for top in (world.root, world.venv):
-        for folder, dirs, files in os.walk(top):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]  # imports write bytecode caches
-            paths += [Path(folder) / name for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]]
-    for path in paths:
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            state[str(path)] = ("link", os.readlink(path))
-        else:
-            state[str(path)] = (stat.S_IMODE(info.st_mode), hashlib.sha256(path.read_bytes()).hexdigest())
-    return state
+@pytest.fixture
+def box(world: World) -> Iterator[Sandbox]:
+    """A fresh fork of the world's sandbox."""
+    with world.backend.fork(world.env) as sandbox:
+        yield sandbox
 
 
 def by_key(world: World) -> dict[str, Target]:
@@ -469,43 +445,58 @@ E2E_TARGETS = {
 CASES = [(t.id, name) for t in CATALOGUE.values() for name in E2E_TARGETS.get(t.target, [])]
 
 
-def module_check(world: World, module: str) -> subprocess.CompletedProcess:
+def python_code(box: Sandbox, code: str) -> RunResult:
+    """Python run in the sandbox as the project's commands run (the environment file sourced)."""
+    return box.run(f'"$MINER_PYTHON" -c {shlex.quote(code)}', timeout=60)
+
+
+def module_check(world: World, box: Sandbox, module: str) -> RunResult:
     """Import a module the way the project would and require the real file from site-packages."""
-    expected = str(Path(world.healthy.site_packages) / by_key(world)[f"module:{module}"].path)
-    return world.python_code(f"import {module}; assert {module}.__file__ == {expected!r}, {module}.__file__")
+    expected = f"{world.healthy.site_packages}/{by_key(world)[f'module:{module}'].path}"
+    return python_code(box, f"import {module}; assert {module}.__file__ == {expected!r}, {module}.__file__")
 
 
-def dist_check(world: World, name: str) -> subprocess.CompletedProcess:
+def dist_check(world: World, box: Sandbox, name: str) -> RunResult:
     version = world.healthy.distributions[name]
-    return world.python_code(f"import importlib.metadata as m, {name}; v = m.version({name!r}); "
-                             f"assert v == {version!r}, v")
+    return python_code(box, f"import importlib.metadata as m, {name}; v = m.version({name!r}); "
+                            f"assert v == {version!r}, v")
 
 
-def env_value(world: World, name: str) -> str | None:
-    out = world.python_code(f"import os, json; print(json.dumps(os.environ.get({name!r})))")
-    return json.loads(out.stdout)
+def env_value(box: Sandbox, name: str) -> str | None:
+    out = python_code(box, f"import os, json; print(json.dumps(os.environ.get({name!r})))")
+    return json.loads(out.output.strip().splitlines()[-1])
 
 
-def assert_broken(world: World, type_id: str, target: Target, inversion, context) -> None:
-    """The break did what the type says, observed the way a program would see it."""
+def path_state(box: Sandbox, path: str) -> dict[str, str]:
+    """What a program inside sees of a path: exists, is a link, its mode, whether it can be read."""
+    quoted = shlex.quote(path)
+    out = box.run(f"p={quoted}; for t in 'test -e $p' 'test -L $p' 'cat -- $p'; do "
+                  "if eval \"$t\" >/dev/null 2>&1; then echo 1; else echo 0; fi; done; stat -c %a -- $p 2>/dev/null "
+                  "|| echo -", timeout=60)
+    exists, link, readable, mode = out.output.split()[-4:]
+    return {"exists": exists == "1", "link": link == "1", "readable": readable == "1", "mode": mode}
+
+
+def assert_broken(world: World, box: Sandbox, type_id: str, target: Target, context) -> None:
+    """The break did what the type says, observed the way a program inside the sandbox sees it."""
     kind = target.kind
     if kind == "module":
-        result = module_check(world, target.name)
-        assert result.returncode != 0, f"{type_id} left {target.name} importable: {result.stdout}"
+        result = module_check(world, box, target.name)
+        assert result.exit_code != 0, f"{type_id} left {target.name} importable: {result.output}"
     elif kind == "distribution":
-        assert dist_check(world, target.name).returncode != 0
+        assert dist_check(world, box, target.name).exit_code != 0
     elif kind == "script":
-        assert (world.venv / "bin" / target.name).stat().st_mode & 0o111 == 0
-        assert world.sandboxed(f"{target.name} >/dev/null").returncode == 126  # found but not executable
+        assert box.run(f"test -x {VENV_DIR}/bin/{target.name}").exit_code != 0
+        assert box.run(f"{target.name} >/dev/null").exit_code == 126  # found but not executable
     elif kind == "envvar":
-        assert env_value(world, target.name) != world.healthy.env[target.name]
+        assert env_value(box, target.name) != world.healthy.env[target.name]
     else:
-        path = world.root / target.path
+        path = f"{PROJECT_DIR}/{target.path}"
         original = parse_original(world, target)
         if type_id.startswith("fs/"):
-            return assert_fs_broken(type_id, path, context)
-        data = path.read_bytes()
-        assert data != original
+            return assert_fs_broken(type_id, path_state(box, path), context)
+        data = box.read(path)
+        assert data is not None and data != original
         if type_id == "config/syntax-error":
             with pytest.raises(Exception):
                 parse_config(target.attrs["format"], data.decode())
@@ -529,19 +520,16 @@ def assert_broken(world: World, type_id: str, target: Target, inversion, context
             assert data == original.replace(b"\n", b"\r\n")
 
 
-def assert_fs_broken(type_id: str, path: Path, context) -> None:
+def assert_fs_broken(type_id: str, seen: dict[str, str], context) -> None:
     if type_id in ("fs/unreadable", "fs/unreadable-config"):
-        # as root with CAP_DAC_OVERRIDE unreadability cannot be observed: check the bits
-        assert stat.S_IMODE(path.stat().st_mode) == 0
-        if os.geteuid() != 0:
-            with pytest.raises(PermissionError):
-                path.read_bytes()
+        # the sandbox drops every capability, root's CAP_DAC_OVERRIDE included: unreadable inside
+        assert seen["mode"] == "0" and seen["exists"] and not seen["readable"]
     elif type_id == "fs/broken-symlink":
-        assert path.is_symlink() and not path.exists()
+        assert seen["link"] and not seen["exists"]
     elif type_id == "fs/deleted":
-        assert not path.exists() and not path.is_symlink()
+        assert not seen["exists"] and not seen["link"]
     else:
-        assert stat.S_IMODE(path.lstat().st_mode) != int(context["mode"], 8) or not path.exists()
+        assert seen["mode"] != format(int(context["mode"], 8), "o") or not seen["exists"]
 
 
 def parse_original(world: World, target: Target) -> bytes:
@@ -565,8 +553,9 @@ def no_copy_left(before: dict[str, tuple], after: dict[str, tuple]) -> None:
     assert not leaked, f"a copy of a changed file is left behind: {sorted(leaked)}"
 
 
+@pytest.mark.slow  # every catalogue type applied and undone for real: a few minutes
 @pytest.mark.parametrize("type_id, name", CASES, ids=[f"{t}:{n}" for t, n in CASES])
-def test_break_then_fix_restores_every_byte(world, type_id, name):
+def test_break_then_fix_restores_every_byte(world, box, type_id, name):
     itype = CATALOGUE[type_id]
     targets = by_key(world)
     target = targets[f"{itype.target}:{name}"]
@@ -576,26 +565,23 @@ def test_break_then_fix_restores_every_byte(world, type_id, name):
     assert inversion is not None, f"no context for {type_id} on {target.key}"
     context = inverter.context(world.project, world.healthy, target, itype)
 
-    healthy = snapshot(world)
     if target.kind == "module":
-        assert module_check(world, name).returncode == 0
-    broke = world.bash(inversion.break_script)
-    assert broke.returncode == 0, broke.stderr
-    broken = snapshot(world)
-    try:
-        assert broken != healthy
-        assert_broken(world, type_id, target, inversion, context)
-        no_copy_left(healthy, broken)
-        for rel in world.healthy.protected:  # rule 3
-            assert broken[str(world.root / rel)] == healthy[str(world.root / rel)]
-    finally:
-        fixed = world.bash(inversion.fix_script)
-    assert fixed.returncode == 0, fixed.stderr
-    after = snapshot(world)
-    assert {p: h for p, h in after.items() if h != healthy.get(p)} == {}
-    assert set(after) == set(healthy)
+        assert module_check(world, box, name).exit_code == 0
+    broke = box.run(inversion.break_script, network=bool(itype.network.get("break")), timeout=300)
+    assert broke.exit_code == 0, broke.output
+    broken = snapshot(box)
+    assert broken != world.files
+    assert_broken(world, box, type_id, target, context)
+    no_copy_left(world.files, broken)
+    for rel in world.healthy.protected:  # rule 3
+        assert broken[f"{PROJECT_DIR}/{rel}"] == world.files[f"{PROJECT_DIR}/{rel}"]
+    fixed = box.run(inversion.fix_script, network=bool(itype.network.get("fix")), timeout=300)
+    assert fixed.exit_code == 0, fixed.output
+    after = snapshot(box)
+    assert {p: h for p, h in after.items() if h != world.files.get(p)} == {}
+    assert set(after) == set(world.files)
     if target.kind == "module":
-        assert module_check(world, name).returncode == 0
+        assert module_check(world, box, name).exit_code == 0
     if target.kind == "distribution":
-        assert dist_check(world, name).returncode == 0
-    assert world.sandboxed("greet").stdout == "hello production\n"
+        assert dist_check(world, box, name).exit_code == 0
+    assert box.run("greet").output == "hello production\n"

@@ -7,6 +7,7 @@ ids of its candidates depend only on the project and the inversion, not on the s
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -50,16 +51,21 @@ def test_a_killed_crawl_resumes_to_the_uninterrupted_result(mined_store: Path, t
     repos = write_repos(tmp_path / "repos.txt", [FIXTURE])
     store = tmp_path / "store"
     args = ["crawl", "--repos", str(repos), *MINED_OPTIONS]
-    proc = subprocess.Popen([*miner_command(), "--store", str(store), *args], env=miner_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_for_a_candidate(proc, store / "miner.db")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    with (tmp_path / "crawl.log").open("w") as log:  # as a batch job would: its output to a file
+        proc = subprocess.Popen([*miner_command(), "--store", str(store), *args], env=miner_env(),
+                                stdout=log, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_for_a_candidate(proc, store / "miner.db")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    # what the killed crawl had printed was in the file already: flushed line by line, not at the end
+    printed = (tmp_path / "crawl.log").read_text()
+    for phase in ("fetching", "building", "recording healthy state", "candidate 1/"):
+        assert re.search(rf"^\S+ textkit {phase}", printed, re.MULTILINE), printed
     before = candidate_ids(store / "miner.db")
     assert 0 < len(before) < int(MINED_OPTIONS[MINED_OPTIONS.index("--budget") + 1])
 

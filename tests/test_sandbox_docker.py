@@ -24,17 +24,10 @@ from miner.models import Project, Source, Target
 from miner.sandbox.base import BackendUnavailable, BuildError, Limits
 from miner.testing import run_suite
 
-from conftest import DOCKER_SKIP
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "fixtures"
 
-pytestmark = pytest.mark.docker
-
-
-SKIP = DOCKER_SKIP
-if SKIP:
-    pytestmark = [pytest.mark.docker, pytest.mark.skip(reason=SKIP)]
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # builds an image per fixture
 
 
 def fixture_project(name: str) -> Project:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import need
 
 from miner.models import Project, Source
 from miner.sandbox import get_backend
@@ -67,8 +68,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[LocalBackend, Healt
 @pytest.fixture(params=COW_MODES)
 def backend_mode(request: pytest.FixtureRequest, built: tuple[LocalBackend, Healthy, Path]) -> tuple[LocalBackend, Healthy]:
     _, healthy, workdir = built
-    if request.param == "overlay" and _probe_overlay(workdir) is None:
-        pytest.skip("overlay mounts are not possible here")
+    if request.param == "overlay":
+        need("overlay", None if _probe_overlay(workdir) else "overlay mounts fail here (they need root and unshare)")
     return LocalBackend(cow=request.param), healthy
 
 
@@ -259,6 +260,7 @@ def test_build_is_reused_when_complete(built: tuple[LocalBackend, Healthy, Path]
     sentinel.unlink()
 
 
+@pytest.mark.slow  # builds of its own
 def test_concurrent_builds_of_one_workdir_build_once(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -270,6 +272,7 @@ def test_concurrent_builds_of_one_workdir_build_once(tmp_path: Path) -> None:
     assert (Path(results[0].ref) / "home" / "count").read_text() == "built\n"
 
 
+@pytest.mark.slow  # builds of its own
 def test_incomplete_build_is_redone(tmp_path: Path) -> None:
     project = make_project(tmp_path / "tiny")
     backend = LocalBackend()
@@ -287,6 +290,7 @@ def test_incomplete_build_is_redone(tmp_path: Path) -> None:
     assert build_digest(project, spec(install_script="true")) == digest
 
 
+@pytest.mark.slow  # builds of its own
 def test_build_error_on_failing_install(tmp_path: Path) -> None:
     project = make_project(tmp_path / "broken")
     with pytest.raises(BuildError) as caught:

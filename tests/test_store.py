@@ -350,30 +350,31 @@ def test_recover_drops_rows_whose_folder_is_gone(tmp_path: Path) -> None:
 
 WRITER = textwrap.dedent(
     """
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, sys.argv[1])
-    import test_store as t
+    import json, sys
+    from miner.models import Task
     from miner.store import Store
 
-    root, start, count, size = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    store = Store(root)
-    for n in range(start, start + count):
-        task = t.make_task(n)
-        store.add_task(task, t.task_files(task, log_size=size))
-        print(n, flush=True)
+    store = Store(sys.argv[1])
+    for line in open(sys.argv[2]):
+        item = json.loads(line)
+        store.add_task(Task.model_validate(item["task"]), item["files"])
+        print(item["n"], flush=True)
     """
 )
 
 
 def start_writer(tmp_path: Path, root: Path, start: int, count: int, size: int) -> subprocess.Popen:
-    script = tmp_path / "writer.py"
+    """A process storing tasks start..start+count-1 (made here, handed over as JSON lines)."""
+    script, batch = tmp_path / "writer.py", tmp_path / f"tasks-{start}-{count}-{size}.jsonl"
     script.write_text(WRITER)
-    return subprocess.Popen(
-        [sys.executable, str(script), str(Path(__file__).parent), str(root),
-         str(start), str(count), str(size)],
-        stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-    )
+    with batch.open("w") as out:
+        for n in range(start, start + count):
+            task = make_task(n)
+            files = {name: data.decode() if isinstance(data, bytes) else data
+                     for name, data in task_files(task, log_size=size).items()}
+            out.write(json.dumps({"n": n, "task": task.model_dump(mode="json"), "files": files}) + "\n")
+    return subprocess.Popen([sys.executable, str(script), str(root), str(batch)],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
 
 
 def test_recover_after_kill_9(tmp_path: Path) -> None:
