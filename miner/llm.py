@@ -230,8 +230,8 @@ class LLMClient:
         body: dict[str, Any] = {"model": self.settings.model, "messages": messages,
                                 "temperature": self.settings.temperature, "seed": self.settings.seed,
                                 "max_tokens": max_tokens or self.settings.max_tokens}
-        if tools:
-            body["tools"] = tools
+        if tools:  # "auto" is OpenAI's default, but llama.cpp's server ignores the tools without it
+            body["tools"], body["tool_choice"] = tools, "auto"
         if response_format:
             body["response_format"] = response_format
         return body

@@ -341,3 +341,44 @@ def test_agent_crawl_accounts_tokens_reruns_free_and_learns_a_type(tmp_path: Pat
     learned = stats(store)["by_type"]["data/no-read-bits"]
     assert learned["tried"] >= 1 and learned["validated"] >= 1  # on inventory-app, zero tokens
     assert stats(store)["llm"]["by_outcome"].get("ok", 0) == 6
+
+
+# -- a real model server ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from llama_server import llama_missing, llama_server, required
+
+    missing = llama_missing()
+    if missing:
+        if required():
+            pytest.fail(f"MINER_TEST_LLAMA=1 but {missing}")
+        pytest.skip(missing)
+    with llama_server(tmp_path_factory.mktemp("llama") / "server.log") as url:
+        yield url
+
+
+@pytest.mark.llama
+def test_the_agent_loop_runs_against_a_real_llama_cpp_server(world: dict, llama_url: str, tmp_path: Path) -> None:
+    from llama_server import MODEL_ALIAS
+
+    def client(cache: Path) -> LLMClient:
+        return LLMClient(LLMSettings(model=MODEL_ALIAS, base_url=llama_url, timeout=600, retries=1, max_tokens=256,
+                                     json_mode="object"), cache_dir=cache)
+
+    # Structured output as llama.cpp's server takes it: {"type": "json_object", "schema": ...}.
+    schema = {"type": "object", "properties": {"file": {"type": "string"}}, "required": ["file"]}
+    model = client(tmp_path / "cache")
+    reply = model.chat([{"role": "user", "content": "Name one file of a Python project as JSON."}],
+                       response_format=model.json_format(schema), max_tokens=64)
+    assert isinstance(json.loads(reply.content)["file"], str) and reply.call.prompt_tokens > 0
+
+    limits = AgentSettings(rounds=1, steps=3, goal_tokens=None, command_timeout=30.0)
+    first = Agent(model, world["ctx"], world["project"], world["graph"], world["types"], [], limits).run(goal_of(world))
+    assert first.turns and all(t.call.outcome == "ok" and t.call.prompt_tokens > 0 for t in first.turns)
+    assert first.outcome in ("validated", "rounds", "steps"), (first.outcome, first.detail)
+    # the same goal again: the first question is identical, so it costs nothing
+    again = Agent(client(tmp_path / "cache"), world["ctx"], world["project"], world["graph"], world["types"], [],
+                  limits).run(goal_of(world))
+    assert again.turns[0].call.cached and again.turns[0].call.tokens == 0
