@@ -6,7 +6,8 @@ llama.cpp's server, Ollama): the server comes from the `openai` client's usual v
 
   - is answered from the on-disk cache when the same request (model, messages, tools,
     response format, seed, temperature, max tokens) was answered before: a rerun with the same
-    seed spends no tokens on what it already asked;
+    seed spends no tokens on what it already asked (the server's URL is not part of the key:
+    the model name is the identity);
   - waits for a free slot (at most `concurrency` calls in flight per client);
   - is retried with exponential backoff on 429, 5xx, timeouts and dropped connections (a
     Retry-After header is honoured), and fails at once on other errors;
@@ -225,23 +226,27 @@ class LLMClient:
         return None
 
     def request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                response_format: dict[str, Any] | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+                response_format: dict[str, Any] | None = None, max_tokens: int | None = None,
+                tool_choice: str | dict[str, Any] = "auto") -> dict[str, Any]:
         """The request body a chat call sends (and hashes for the cache)."""
         body: dict[str, Any] = {"model": self.settings.model, "messages": messages,
                                 "temperature": self.settings.temperature, "seed": self.settings.seed,
                                 "max_tokens": max_tokens or self.settings.max_tokens}
         if tools:  # "auto" is OpenAI's default, but llama.cpp's server ignores the tools without it
-            body["tools"], body["tool_choice"] = tools, "auto"
+            body["tools"], body["tool_choice"] = tools, tool_choice
         if response_format:
             body["response_format"] = response_format
         return body
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
              response_format: dict[str, Any] | None = None, max_tokens: int | None = None,
-             budget: TokenBudget | None = None) -> Reply:
-        """One answer: from the cache, or from the server within the budget; raises LLMError."""
+             budget: TokenBudget | None = None, tool_choice: str | dict[str, Any] = "auto") -> Reply:
+        """One answer: from the cache, or from the server within the budget; raises LLMError.
+
+        `tool_choice` is "auto" or {"type": "function", "function": {"name": NAME}} (that tool, forced).
+        """
         budget = budget or self.budget
-        body = self.request(messages, tools, response_format, max_tokens)
+        body = self.request(messages, tools, response_format, max_tokens, tool_choice)
         key = request_key(body)
         call = Call(model=self.settings.model, key=key)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:

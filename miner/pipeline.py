@@ -139,13 +139,12 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
                          "running", healthy=state)
     phase("choosing inversion points")
     graph = graphs.build_graph(project, state)
-    candidates = choose_candidates(project, state, types, options, graph, extra_targets)
+    procedural = options.inverter != "agent"
+    candidates = choose_candidates(project, state, types, options, graph, extra_targets) if procedural else []
     ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
                   scan_roots=getattr(backend, "scan_roots", ("/sandbox",)))
     by_id = {t.id: t for t in types}
     total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
-    if options.inverter == "agent":
-        candidates = []
     for number, inversion in enumerate(_adaptive(candidates, options, lambda inv: store.candidate_rule(
             inv.id_for(project))), 1):
         if options.max_tasks_per_repo is not None and report.validated >= options.max_tasks_per_repo:

@@ -21,7 +21,7 @@ from miner import graph as graphs
 from miner.catalogue import load_catalogue
 from miner.healthy import measure_project
 from miner.install import build_spec
-from miner.inverters.agent import SYSTEM_PROMPT, Agent, AgentSettings, Goal, make_goals
+from miner.inverters.agent import SUBMIT, SYSTEM_PROMPT, Agent, AgentSettings, Goal, make_goals
 from miner.inverters.procedural import enumerate_targets
 from miner.llm import LLMClient, LLMSettings, TokenBudget
 from miner.sandbox.base import Limits
@@ -169,6 +169,8 @@ def test_every_tool_answers_from_the_sandbox_the_graph_and_the_catalogue(world: 
     with ScriptedServer(script) as server:
         result = agent_for(world, server, steps=len(script)).run(goal_of(world))
     assert result.outcome == "steps" and not result.attempts
+    # the last calls, as many as the rounds left, must submit (here the model ignores it)
+    assert [r["tool_choice"] for r in server.requests] == ["auto"] * 5 + [SUBMIT] * 3
     shell, read, run, node, missing, catalogue, mined = answers_to(server)
     assert shell.startswith("[exit 0]") and "stopwords.txt" in shell and "site-packages" in shell
     assert 'name = "textkit"' in read
@@ -381,3 +383,39 @@ def test_the_agent_loop_runs_against_a_real_llama_cpp_server(world: dict, llama_
     again = Agent(client(tmp_path / "cache"), world["ctx"], world["project"], world["graph"], world["types"], [],
                   limits).run(goal_of(world))
     assert again.turns[0].call.cached and again.turns[0].call.tokens == 0
+
+
+# -- a model-written instruction -----------------------------------------------------------------
+
+
+def test_a_model_instruction_sees_only_the_symptom_and_a_leaky_one_falls_back_to_the_template() -> None:
+    from miner.model_instruction import model_instruction
+    from miner.models import Candidate, HealthyState, Inversion, Source, Target, Task
+
+    target = Target(kind="data", name=STOPWORDS, path=STOPWORDS)
+    fix = f'chmod 644 "$MINER_PROJECT/{STOPWORDS}"  # restore the mode'
+    inversion = Inversion(type_id="agent/list-unreadable", family="data", target=target, break_script=UNREADABLE,
+                          fix_script=fix, summary="stop word list made unreadable",
+                          evidence=["reversible", "note: the package ships it with mode 644"])
+    failing = "tests/test_words.py::test_packaged_stopwords"
+    candidate = Candidate(id="c1", repo="r", commit="c", inversion=inversion, status="validated", f2p=[failing],
+                          p2p=["tests/test_words.py::test_tokenize_keeps_apostrophes"],
+                          broken={failing: "failed"}, broken_messages={failing: "PermissionError: [Errno 13] denied"})
+    task = Task(id="t1", repo="r", commit="c", source=Source(raw="x", kind="local", location="/x"),
+                type_id=inversion.type_id, family="data", target=target, summary=inversion.summary,
+                break_script=UNREADABLE, fix_script=fix, f2p=[failing], p2p=candidate.p2p,
+                test_command="python -m pytest", evidence=inversion.evidence)
+    state = HealthyState(repo="r", commit="c", backend="local", test_command="python -m pytest",
+                         outcomes={failing: "passed", **dict.fromkeys(candidate.p2p, "passed")})
+    clean = "# Repair the environment\n\nThe word tests fail with a PermissionError."
+    leaky = f"# Repair\n\nRun `{fix}` to fix it."
+    with ScriptedServer([say(clean), say(leaky)]) as server:
+        client = LLMClient(LLMSettings(model="scripted", base_url=server.url, api_key="t", retries=0))
+        text, call, source = model_instruction(client, task, candidate, state)
+        assert source == "model" and text.startswith(clean) and "Rules:" in text and call.outcome == "ok"
+        text, _, source = model_instruction(client, task, candidate, state)
+        assert source.startswith("template: the model's text leaks") and fix not in text
+    asked = json.dumps(server.requests)
+    assert failing in asked and "PermissionError" in asked
+    for secret in (UNREADABLE, "chmod 644", inversion.summary, "mode 644", inversion.type_id):
+        assert secret not in asked

@@ -8,8 +8,10 @@ for the project) and submits a break script, its evidence, a fix script that rec
 that evidence, and a one-line summary. What it typed interactively is not the record: the
 submission becomes an `Inversion` that `judge` (by default `miner.validate.validate`) replays
 on fresh copies with every acceptance rule unchanged. A rejection goes back to the agent with
-the rule and its detail; it may revise, up to `rounds` submissions. Malformed replies (bad
-JSON, an unknown tool, missing arguments, plain text) are answered with the error.
+the rule and its detail; it may revise, up to `rounds` submissions; once the model calls left
+are no more than the rounds left, each call must be a submission (tool_choice names `submit`).
+Malformed replies (bad JSON, an unknown tool, missing arguments, plain text) are answered with
+the error.
 
 Untrusted by construction: every command the agent proposes runs through `Sandbox.run` (the
 local backend's bubblewrap confinement or a container: no network, time, memory and process
@@ -100,6 +102,7 @@ TOOLS: list[dict[str, Any]] = [
     ]
 ]
 TOOL_NAMES = [t["function"]["name"] for t in TOOLS]
+SUBMIT = {"type": "function", "function": {"name": "submit"}}
 REQUIRED = {t["function"]["name"]: t["function"]["parameters"]["required"] for t in TOOLS}
 
 Judge = Callable[[Inversion], Candidate]
@@ -187,10 +190,12 @@ class Malformed(ValueError):
 
 def make_goals(project: Project, state: HealthyState, graph: nx.DiGraph, targets: list[Target],
                types: list[InversionType], mined: list[Task], count: int, seed: int = 0) -> list[Goal]:
-    """`count` goals: the graph's inversion points, least-mined first, each with the category
-    mined least in the project among those the catalogue has for the target's kind."""
+    """`count` goals: the graph's inversion points (then the backend's unmodelled system and
+    service targets), least-mined first, each with the category mined least in the project
+    among those the catalogue has for the target's kind."""
     modelled = [t for t in targets if t.kind not in graphs.UNMODELLED_KINDS]
     chosen = graphs.select_targets(graph, state, modelled, budget=None, seed=seed)
+    chosen += [(t, set(), None) for t in targets if t.kind in graphs.UNMODELLED_KINDS]  # no prediction
     on_target = Counter(task.target.key for task in mined)
     ranked = sorted(range(len(chosen)), key=lambda i: (on_target[chosen[i][0].key], i))
     families = Counter(task.family for task in mined)
@@ -216,7 +221,8 @@ def goal_prompt(goal: Goal, state: HealthyState) -> str:
         f"Goal: break the environment at node {target.key} (kind {target.kind}"
         f"{', path ' + target.path if target.path else ''}).",
         f"Category: {goal.category}: {CATEGORY_HINTS.get(goal.category, goal.category)}.",
-        f"Tests predicted to fail ({len(goal.predicted)} of {total} passing): {', '.join(shown)}{more}.",
+        f"Tests predicted to fail ({len(goal.predicted)} of {total} passing): {', '.join(shown)}{more}."
+        if goal.predicted else "No prediction for this node: find which tests depend on it.",
     ]
     if goal.mined_here:
         lines.append("Already mined on this node (find something else): " + "; ".join(goal.mined_here[:8]))
@@ -266,10 +272,12 @@ class _Session:
         self.pending: list[Turn] = []  # turns since the last submission
 
     def loop(self, messages: list[dict[str, Any]], budget: TokenBudget) -> str:
-        for _ in range(self.settings.steps):
+        for step in range(self.settings.steps):
+            # When the calls left are no more than the rounds left, every call must be a submission.
+            must_submit = self.settings.steps - step <= self.settings.rounds - len(self.result.attempts)
             try:
                 reply = self.agent.client.chat(_compact(messages, self.settings.keep_turns), tools=TOOLS,
-                                               budget=budget)
+                                               budget=budget, tool_choice=SUBMIT if must_submit else "auto")
             except BudgetExhausted as exc:
                 self.result.detail = str(exc)
                 return "budget"
