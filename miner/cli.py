@@ -421,7 +421,7 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
           goal_tokens: int, agent_goals: int, agent_rounds: int, agent_steps: int, model_instructions: bool,
           **llm: Any) -> None:
     """Mine repair tasks from every source of a repos file."""
-    from miner.catalogue import CatalogueError, load_catalogue
+    from miner.catalogue import CatalogueError, load_catalogue, select_types
     from miner.inverters.agent import AgentOptions, AgentSettings
     from miner.pipeline import CrawlOptions, crawl as run_crawl
     from miner.progress import CrawlProgress, print_summary
@@ -434,7 +434,7 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
         settings = AgentSettings(goals=agent_goals, rounds=agent_rounds, steps=agent_steps, goal_tokens=goal_tokens)
         agent = AgentOptions(make_client(store, model, seed, token_budget, **llm), settings, model_instructions)
     try:
-        load_catalogue(catalogue_dirs)
+        select_types(load_catalogue(catalogue_dirs), types)
     except CatalogueError as exc:
         raise click.ClickException(str(exc)) from None
     options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,

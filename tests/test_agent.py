@@ -341,6 +341,14 @@ def test_agent_crawl_accounts_tokens_reruns_free_and_learns_a_type(tmp_path: Pat
     assert "data/no-read-bits" in {t["id"] for t in listed}
     learned = stats(store)["by_type"]["data/no-read-bits"]
     assert learned["tried"] >= 1 and learned["validated"] >= 1  # on inventory-app, zero tokens
+    # crawl --catalogue-dir mines it like a built-in type (here on its own project, textkit)
+    only_textkit = write_repos(tmp_path / "textkit.txt", [FIXTURES / "textkit"])
+    unknown = run_miner(store, "crawl", "--repos", only_textkit, "--types", "data/no-read-bits")
+    assert unknown.returncode != 0 and "unknown inversion type or family 'data/no-read-bits'" in unknown.stderr
+    done = run_miner(store, "crawl", "--repos", only_textkit, "--types", "data/no-read-bits", "--catalogue-dir", out,
+                     "--budget", "1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert stats(store)["by_type"]["data/no-read-bits"]["tried"] == learned["tried"] + 1
     assert stats(store)["llm"]["by_outcome"].get("ok", 0) == 6
 
 
