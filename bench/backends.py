@@ -20,10 +20,10 @@ from pathlib import Path
 
 from crawl import figures, run  # bench/crawl.py, beside this file
 
-from miner.install import build_spec
 from miner.pipeline import CrawlOptions
+from miner.prepare import prepare
 from miner.sandbox import get_backend
-from miner.sources import fetch, parse_repos
+from miner.sources import parse_repos
 from miner.store import Store
 
 DEFAULT_REPOS = Path(__file__).with_name("backends_repos.txt")
@@ -37,8 +37,7 @@ def fork_overhead(backend_name: str, repos: Path, store_dir: Path, rounds: int) 
     """Mean seconds to start a fresh sandbox from the first project's healthy environment and remove it."""
     backend = get_backend(backend_name)
     store = Store(store_dir)
-    project = fetch(parse_repos(repos)[0][0], store.cache_root / "sources")
-    env = backend.build(project, build_spec(project, backend=backend.name), store.work_root / project.key)
+    env = prepare(parse_repos(repos)[0][0], backend, store, measure=False).env
     times = []
     for _ in range(rounds):
         start = time.monotonic()
@@ -60,9 +59,7 @@ def storage(backend_name: str, store_dir: Path, limit: int) -> dict:
         by_repo: dict[str, object] = {}
         for task in tasks[:limit]:
             if task.repo not in by_repo:
-                project = fetch(task.source, store.cache_root / "sources")
-                by_repo[task.repo] = backend.build(project, build_spec(project, backend="docker"),
-                                                   store.work_root / project.key)
+                by_repo[task.repo] = prepare(task.source, backend, store, commit=task.commit, measure=False).env
             broken = backend.build_broken(by_repo[task.repo], task.break_script)
             images.append(broken.unique_bytes)
             backend.client.images.remove(broken.tag)

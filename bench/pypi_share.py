@@ -14,12 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from miner.healthy import SkipProject, record_healthy
-from miner.install import build_spec
+from miner.healthy import SkipProject
+from miner.prepare import prepare
 from miner.sandbox import get_backend
 from miner.sandbox.base import BuildError
-from miner.sources import FetchError, fetch, parse_repos
-from miner.testing import pytest_command
+from miner.sources import FetchError, parse_repos
 
 
 def measure(line_file: Path, work: Path) -> list[dict]:
@@ -31,10 +30,7 @@ def measure(line_file: Path, work: Path) -> list[dict]:
     for source in sources:
         start, row = time.monotonic(), {"source": source.raw, "status": "minable", "detail": ""}
         try:
-            project = fetch(source, work / "cache")
-            spec = build_spec(project, backend=backend.name)
-            env = backend.build(project, spec, work / "work" / project.key)
-            state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=300)
+            state = prepare(source, backend, None, timeout=300, work=work).state
             tests = [k for k in state.outcomes if not k.startswith("probe::")]
             row["detail"] = f"{sum(state.outcomes[t] == 'passed' for t in tests)}/{len(tests)} tests pass, {len(state.flaky)} flaky"
             row["suite_s"] = round(state.suite_seconds, 1)

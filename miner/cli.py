@@ -10,6 +10,9 @@ added as one more `@main.command()` function.
     miner inversions [--family F] [--json]
     miner inversions learn TASK_ID --model NAME [--out DIR]
     miner crawl [--inverter procedural|agent|both --model NAME ...]
+    miner discover --pypi NAMES_FILE | --github QUERY [--out FILE] [--limit N] [--json]
+    miner [--store DIR] gc [--dry-run] [--cache-limit-gb N] [--json]
+    miner [--store DIR] graph SOURCE_OR_TASK [--format json|dot|svg] [-o FILE] [--budget N]
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from rich.table import Table
 
 from miner import __version__
 from miner.models import Task
-from miner.store import DEFAULT_ROOT, Store, StoreError, StoreMissing
+from miner.store import DB_NAME, DEFAULT_ROOT, Store, StoreError, StoreMissing
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,16 @@ def make_client(store: Any, model: str | None, seed: int, token_budget: int | No
     settings = LLMSettings(model=model, timeout=kw["llm_timeout"], retries=kw["llm_retries"],
                            concurrency=kw["llm_concurrency"], json_mode=kw["json_mode"], seed=seed)
     return LLMClient(settings, cache_dir=store.cache_root / "llm", budget=TokenBudget(token_budget))
+
+
+def optional_store(ctx: click.Context) -> Store | None:
+    """The store when --store or MINER_STORE names one (created if missing) or the default one
+    exists; None otherwise, so that a read-only verb leaves no store behind as a side effect."""
+    settings: Settings = ctx.find_object(Settings)
+    named = ctx.find_root().get_parameter_source("store_root") != click.core.ParameterSource.DEFAULT
+    if named or (settings.store_root / DB_NAME).is_file():
+        return Store(settings.store_root, create=True)
+    return None
 
 
 def print_json(data: Any) -> None:
@@ -402,6 +415,8 @@ def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, r
 @click.option("--catalogue-dir", "catalogue_dirs", multiple=True,
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Extra catalogue folder of inversion types, e.g. learned ones (repeatable).")
+@click.option("--min-free-gb", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Stop when the store's file system has less free space (checked before each project and candidate).")
 @click.option("--inverter", type=click.Choice(["procedural", "agent", "both"]), default="procedural",
               show_default=True, help="Catalogue templates, the model agent, or both.")
 @model_options
@@ -419,7 +434,7 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
           catalogue_dirs: tuple[Path, ...], inverter: str, model: str | None, token_budget: int | None,
           goal_tokens: int, agent_goals: int, agent_rounds: int, agent_steps: int, model_instructions: bool,
-          **llm: Any) -> None:
+          min_free_gb: float, **llm: Any) -> None:
     """Mine repair tasks from every source of a repos file."""
     from miner.catalogue import CatalogueError, load_catalogue, select_types
     from miner.inverters.agent import AgentOptions, AgentSettings
@@ -439,10 +454,69 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
         raise click.ClickException(str(exc)) from None
     options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,
                            jobs=jobs, backend=backend, select=select, timeout=timeout, inverter=inverter,
-                           agent=agent, catalogue_dirs=catalogue_dirs)
+                           agent=agent, catalogue_dirs=catalogue_dirs, min_free_gb=min_free_gb)
     with CrawlProgress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)
+    stopped = next((p.reason for p in report.projects if p.stopped), None)
+    if stopped:
+        raise click.ClickException(stopped)
+
+
+@main.command()
+@click.option("--pypi", "names", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A file of PyPI names, one a line (NAME, or a requirement like NAME==1.2 or NAME<3).")
+@click.option("--github", "query", default=None, help="A GitHub repository search query (passed to the search API).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("repos.discovered.txt"),
+              show_default=True, help="The repos file to write (its state, for resuming, goes to OUT.state.jsonl).")
+@click.option("--from", "start", type=click.IntRange(min=1), default=None,
+              help="--pypi: first position in the names file.")
+@click.option("--to", "end", type=click.IntRange(min=1), default=None, help="--pypi: last position in the names file.")
+@click.option("--version", "version", default=None, metavar="SPEC",
+              help="--pypi: a version specifier for names without one (default: the newest release).")
+@click.option("--index-url", default="https://pypi.org/pypi", show_default=True, envvar="MINER_PYPI_JSON_URL",
+              help="--pypi: the JSON API of the package index.")
+@click.option("--language", default="python", show_default=True, help="--github: language: qualifier ('' for none).")
+@click.option("--min-stars", type=click.IntRange(min=0), default=None, help="--github: stars:>=N qualifier.")
+@click.option("--pushed-since", default=None, metavar="YYYY-MM-DD", help="--github: pushed:>=DATE qualifier.")
+@click.option("--dockerized", is_flag=True, help="--github: keep only repositories with a Dockerfile at the top.")
+@click.option("--github-url", default="https://api.github.com", show_default=True, envvar="GITHUB_API_URL",
+              help="--github: API base URL (GitHub Enterprise: https://HOST/api/v3). "
+                   "The token comes from GITHUB_TOKEN or GH_TOKEN.")
+@click.option("--allow-compiled", is_flag=True, help="Keep projects with a compiled build step (C/C++/Cython/Rust).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N kept projects.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON record per project (name, kept, reason, line).")
+@click.pass_context
+def discover(ctx: click.Context, names: Path | None, query: str | None, out: Path, start: int | None,
+             end: int | None, version: str | None, index_url: str, language: str, min_stars: int | None,
+             pushed_since: str | None, dockerized: bool, github_url: str, allow_compiled: bool, limit: int | None,
+             as_json: bool) -> None:
+    """Find projects with a test suite miner can run (on PyPI or GitHub) and write a repos file for `miner crawl`."""
+    import sys
+
+    from miner import discover as found
+
+    if (names is None) == (query is None):
+        raise click.UsageError("give exactly one of --pypi NAMES_FILE or --github QUERY")
+    if names is None and (start or end or version):
+        raise click.UsageError("--from, --to and --version go with --pypi")
+    options = found.Options(allow_compiled=allow_compiled, dockerized=dockerized, limit=limit)
+    console = Console(stderr=True, highlight=False)
+    say = (lambda text: console.print(text, markup=False)) if sys.stderr.isatty() else (
+        lambda text: click.echo(text, err=True))
+    try:
+        if names is not None:
+            cache = ctx.find_object(Settings).store_root / "cache" / "sources"
+            result = found.discover_pypi(names, out, cache, options, say, start, end, version, index_url)
+        else:
+            text = found.github_query(query or "", language or None, min_stars, pushed_since)
+            result = found.discover_github(text, out, options, say, github_url, found.github_token())
+    except found.DiscoverError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        print_json([r.public() for r in result.records])
+    left = len(result.records) - len(result.kept)
+    click.echo(f"{len(result.kept)} kept, {left} left out; wrote {out}", err=as_json)
 
 
 @main.command()
@@ -460,8 +534,15 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
     def say(text: str) -> None:  # plain text: "[step 1]", test ids with [params], script output
         console.print(text, markup=False, highlight=False)
 
+    from miner.healthy import SkipProject
+    from miner.sandbox.base import SandboxError
+    from miner.sources import FetchError
+
     store = open_store(ctx)
-    result = run_replay(store, task_id, say=say, keep=keep, shell=shell, backend_name=backend)
+    try:
+        result = run_replay(store, task_id, say=say, keep=keep, shell=shell, backend_name=backend)
+    except (StoreError, FetchError, SandboxError, SkipProject) as exc:
+        raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     if not result.ok:
         raise click.ClickException("the replay differs from the stored task (see above)")
     console.print("[green]replay reproduces the stored task[/green]")
@@ -479,22 +560,56 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
 @click.pass_context
 def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None, budget: int, seed: int,
           backend: str) -> None:
-    """Write the dependency graph of a source or a stored task, with inversion points in red."""
-    from miner.graph import GraphvizMissing, graph_command
+    """Write the dependency graph of a source or a stored task, with inversion points in red.
+
+    A task id draws its project with the task's target; a source (a folder, a git URL,
+    pypi:NAME==VERSION) is fetched, built and measured unless the store holds its healthy state,
+    and the first BUDGET of the targets the crawl would enumerate, ranked by the graph, are drawn.
+    A store is used when --store or MINER_STORE names one or it exists; none is created.
+    """
+    from contextlib import nullcontext
+
+    from miner.graph import GraphvizMissing, build_graph, depth, predict, select_targets, write_graph
+    from miner.healthy import SkipProject
+    from miner.inverters.targets import enumerate_targets
+    from miner.prepare import prepare
+    from miner.sandbox import get_backend
+    from miner.sandbox.base import SandboxError
+    from miner.sources import FetchError, parse_source
+    from miner.store import UnknownTask
 
     console = Console()
-    store = open_store(ctx, create=True)
-    try:
-        report = graph_command(store, source_or_task, fmt=fmt, out=output, budget=budget, seed=seed,
-                               backend=backend, say=lambda text: console.print(f"[dim]{text}[/dim]"))
-    except (GraphvizMissing, ValueError, StoreError) as exc:
-        raise click.ClickException(str(exc)) from None
-    console.print(f"wrote {report.path} ({report.nodes} nodes, {report.edges} edges)")
-    table = Table(title="inversion points" + (f" of task {report.task}" if report.task else ""))
+    store = optional_store(ctx)
+    with store if store is not None else nullcontext():
+        try:
+            task = store.get_task(source_or_task) if store is not None else None
+        except UnknownTask:
+            task = None
+        try:
+            source = task.source if task else parse_source(source_or_task, Path.cwd())
+            if source is None:
+                raise ValueError(f"not a task id nor a source: {source_or_task!r}")
+            prepared = prepare(source, get_backend(backend), store, commit=task.commit if task else None,
+                               work=Path.home() / ".cache" / "miner", say=lambda text: console.print(f"[dim]{text}[/dim]"))
+            project, healthy = prepared.project, prepared.state
+            dependencies = build_graph(project, healthy)
+            passing = set(healthy.passing)
+            if task is not None:
+                radius = predict(dependencies, task.target) & passing
+                chosen = [(task.target, radius, depth(dependencies, task.target, task.f2p) or 0)]
+            else:  # the backend's system and service targets need its sandbox, which prepare does not return
+                targets = enumerate_targets(project, healthy)
+                chosen = select_targets(dependencies, healthy, targets, budget, seed)
+            path = output or Path.cwd() / f"{task.id[:12] if task else source.name}.graph.{fmt}"
+            write_graph(dependencies, fmt, path, [target for target, _, _ in chosen])
+        except (GraphvizMissing, FetchError, SandboxError, SkipProject, ValueError, StoreError) as exc:
+            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    console.print(f"wrote {path} ({dependencies.number_of_nodes()} nodes, {dependencies.number_of_edges()} edges)")
+    table = Table(title="inversion points" + (f" of task {task.id}" if task else ""))
     for column in ("target", "predicted F2P", "depth"):
         table.add_column(column)
-    for target, radius, depth in report.chosen:
-        table.add_row(target.key, f"{len(radius)} of {report.passing}", str(depth))
+    for target, radius, distance in chosen:
+        table.add_row(target.key, f"{len(radius)} of {len(passing)}", str(distance))
     console.print(table)
 
 
@@ -566,6 +681,31 @@ def images_prune(healthy: bool, base: bool) -> None:
     report = prune(_docker(), healthy=healthy, base=base)
     click.echo(f"removed {len(report.containers)} containers, {len(report.images)} images, "
                f"{report.reclaimed / 1e6:.1f} MB reclaimed")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Say what would be freed, remove nothing.")
+@click.option("--cache-limit-gb", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              help="Trim fetched sources and the pip cache, least recently used first, to this size.")
+@click.option("--no-images", is_flag=True, help="Leave Docker images alone.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was freed as JSON.")
+@click.pass_context
+def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool, as_json: bool) -> None:
+    """Free work folders and Docker images no stored task needs, and caches over a size limit."""
+    from dataclasses import asdict
+
+    from miner.disk import GB
+    from miner.gc import collect, summary
+
+    with open_store(ctx) as store:
+        report = collect(store, cache_limit=int(cache_limit_gb * GB), dry_run=dry_run, images=not no_images)
+    if as_json:
+        print_json({"dry_run": dry_run, "bytes": report.bytes(), "count": report.count(),
+                    "freed": [asdict(f) for f in report.freed], "notes": report.notes})
+        return
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(summary(report))
 
 
 # -- export / check ---------------------------------------------------------------------------

@@ -26,16 +26,11 @@ from miner.models import (
     Target,
     TestResult,
 )
+from miner.projectfiles import is_protected, project_files, test_file_of
 from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox
 from miner.testing import pytest_command, run_suite
 
 MINER_DIR = "/sandbox/.miner"
-CODE_SUFFIXES = {".py", ".pyi", ".pyx", ".pxd", ".c", ".h", ".cc", ".cpp", ".rs"}
-# Packaging and test-runner configuration is part of "the project's code and tests".
-PROTECTED_NAMES = {"pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "pytest.ini", "conftest.py",
-                   "MANIFEST.in", "noxfile.py", "Dockerfile"}
-SKIP_DIRS = {".git", "__pycache__", ".tox", ".nox", ".venv", "venv", ".mypy_cache", ".pytest_cache",
-             "build", "dist", ".eggs"}
 
 
 class SkipProject(Exception):
@@ -131,9 +126,29 @@ def run_checks(sandbox: Sandbox, command: str, probes: list[Probe], tests: list[
     return suite
 
 
-def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None) -> dict[str, str]:
+def _find(roots: list[str], exclude: tuple[str, ...] = (), test: str = "") -> str:
+    """A `find` over roots on their own file systems, excluded paths pruned, printing regular files."""
+    prune = " -o ".join(f"-path {shlex.quote(x)}" for x in exclude)
+    pruning = f"\\( {prune} \\) -prune -o " if prune else ""
+    return f"find {' '.join(map(shlex.quote, roots))} -xdev {pruning}-type f {test} -print0 2>/dev/null"
+
+
+def _hashes(output: str) -> dict[str, str]:
+    hashes = {}
+    for line in output.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) == 64 and name:
+            hashes[name] = digest
+    return hashes
+
+
+def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None,
+              exclude: tuple[str, ...] = (), changed_since: float | None = None) -> dict[str, str]:
     """sha256 of every regular file under roots (or of the given paths), computed inside the sandbox.
 
+    With `changed_since` (a time.time() value), only files whose inode changed after that moment
+    (created, written, renamed or chmod-ed: ctime, which no copy can carry over), where `find`
+    can tell (GNU find; others hash everything).
     Uses coreutils, not the venv's interpreter, so it works however broken the environment is.
     """
     if paths is not None:
@@ -142,26 +157,26 @@ def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None
         listing = " ".join(shlex.quote(p) for p in paths)
         command = f"sha256sum -- {listing} 2>/dev/null; true"
     else:
-        command = f"find {' '.join(map(shlex.quote, roots))} -xdev -type f -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true"
-    result = sandbox.run(command, timeout=300)
-    hashes = {}
-    for line in result.output.splitlines():
-        digest, _, name = line.partition("  ")
-        if len(digest) == 64 and name:
-            hashes[name] = digest
-    return hashes
+        every = f"{_find(roots, exclude)} | xargs -0 -r sha256sum 2>/dev/null"
+        command = f"{every}; true"
+        if changed_since is not None:
+            since = f"@{changed_since:.3f}"
+            recent = f"{_find(roots, exclude, f'-newerct {since}')} | xargs -0 -r sha256sum 2>/dev/null"
+            command = f"if find / -maxdepth 0 -newerct @0 >/dev/null 2>&1; then {recent}; else {every}; fi; true"
+    return _hashes(sandbox.run(command, timeout=300).output)
 
 
-def project_manifest(root: Path) -> tuple[dict[str, str], list[str]]:
-    """(relative path -> sha256 for every project file, the protected subset: code and tests)."""
-    hashes: dict[str, str] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part in SKIP_DIRS for part in rel.parts) or not path.is_file() or path.is_symlink():
-            continue
-        hashes[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
-    protected = [p for p in hashes if Path(p).suffix in CODE_SUFFIXES or Path(p).name in PROTECTED_NAMES]
-    return hashes, protected
+def list_tree(sandbox: Sandbox, roots: list[str], exclude: tuple[str, ...] = ()) -> set[str]:
+    """Paths of every regular file under roots (no hashing: cheap)."""
+    result = sandbox.run(f"{_find(roots, exclude)} | tr '\\0' '\\n'; true", timeout=300)
+    return {line for line in result.output.splitlines() if line.startswith("/")}
+
+
+def project_manifest(root: Path, test_files: list[str] = ()) -> tuple[dict[str, str], list[str]]:
+    """(relative path -> sha256 for every project file, the protected subset: code, the test tree
+    and the runner's configuration; see miner.projectfiles)."""
+    hashes = {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in project_files(root)}
+    return hashes, [rel for rel in hashes if is_protected(rel, test_files)]
 
 
 def _measure(backend: Backend, env: Healthy, command: str, probes: list[Probe], timeout: float,
@@ -191,13 +206,8 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
                    runs: int = 2, timeout: float = 600.0, extra_probes: list[Probe] | None = None,
                    extra: ExtraProbes | None = None) -> HealthyState:
     """Measure the healthy state; raise SkipProject with the reason when it cannot be mined."""
-    hashes, protected = project_manifest(project.path)
     with backend.fork(env) as sandbox:
         site_packages, inventory, own = collect_inventory(sandbox)
-        inside = hash_tree(sandbox, [], [f"{PROJECT_DIR}/{p}" for p in protected])
-    # What the environment holds is what tasks protect: a Dockerfile may move or drop files.
-    protected = [p for p in protected if f"{PROJECT_DIR}/{p}" in inside]
-    hashes.update({p: inside[f"{PROJECT_DIR}/{p}"] for p in protected})
     probes = discover_probes(inventory, own) + list(extra_probes or [])
     measured = []
     for _ in range(runs):  # a suite that hangs is skipped after its first timeout, not after every run
@@ -210,6 +220,7 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
         suite.results.update(judge_probes(probes, raw))
     stable, flaky = _stable(suites)
     _check_minable(stable, suites[0], derived_only_ok=bool(extra_probes))
+    hashes, protected = _protected_files(backend, env, project, [test_file_of(t) or "" for t in stable])
     return HealthyState(
         repo=project.repo, commit=project.commit, backend=backend.name, test_command=command,
         outcomes={k: v.outcome for k, v in stable.items()},
@@ -222,17 +233,28 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
     )
 
 
-def measure_project(backend: Backend, env: Healthy, project: Project, spec: BuildSpec, timeout: float,
-                    system: bool = True) -> tuple[HealthyState, list[Target]]:
+def _protected_files(backend: Backend, env: Healthy, project: Project,
+                     test_files: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The project's file hashes and its protected files (rules 3 and 7), as the environment holds
+    them: a Dockerfile may move or drop files, so what is inside is what tasks protect."""
+    hashes, protected = project_manifest(project.path, [f for f in test_files if f])
+    with backend.fork(env) as sandbox:
+        inside = hash_tree(sandbox, [], [f"{PROJECT_DIR}/{p}" for p in protected])
+    protected = [p for p in protected if f"{PROJECT_DIR}/{p}" in inside]
+    hashes.update({p: inside[f"{PROJECT_DIR}/{p}"] for p in protected})
+    return hashes, protected
+
+
+def measure_project(backend: Backend, env: Healthy, project: Project, spec: BuildSpec,
+                    timeout: float) -> HealthyState:
     """record_healthy plus what the backend sees beyond the project: probes derived from a
-    container (its CMD, HEALTHCHECK, ports), the system inventory, and the system and service
-    targets (with `system`). The local backend adds nothing."""
+    container (its CMD, HEALTHCHECK, ports) and its observation of the system beneath
+    (`state.system`). The local backend adds nothing."""
     extra_probes = backend.derived_probes(env)
     state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout,
                            extra_probes=extra_probes, extra=backend.run_derived_probes if extra_probes else None)
-    inventory, targets = backend.backend_targets(env) if system else (None, [])
-    state.system = inventory
-    return state, targets
+    state.system = backend.observe(env) if backend.capabilities.system else None
+    return state
 
 
 def _expected_probes(probes: list[Probe], raws: list[dict[str, dict]]) -> list[Probe]:

@@ -234,6 +234,9 @@ class PytestConfig:
     addopts: list[str] = field(default_factory=list)
     required_plugins: list[str] = field(default_factory=list)
     keys: set[str] = field(default_factory=set)
+    testpaths: list[str] = field(default_factory=list)  # where pytest collects (empty: everywhere)
+    python_files: list[str] = field(default_factory=list)  # test module patterns (empty: pytest's default)
+    source: str = ""  # the file the configuration came from
 
 
 def _split(value: Any) -> list[str]:
@@ -250,24 +253,26 @@ def read_pytest_config(root: Path) -> PytestConfig:
     for name, section in (("pytest.ini", "pytest"), (".pytest.ini", "pytest")):
         ini = read_ini(root / name)
         if (root / name).is_file():
-            return _ini_config(ini, section)
+            return _ini_config(ini, section, name)
     pyproject = read_toml(root / "pyproject.toml").get("tool", {})
     table = pyproject.get("pytest", {})
     table = table.get("ini_options", table) if isinstance(table, dict) else {}
     if table:
-        return PytestConfig(_split(table.get("addopts")), _split(table.get("required_plugins")), set(table))
+        return PytestConfig(_split(table.get("addopts")), _split(table.get("required_plugins")), set(table),
+                            _split(table.get("testpaths")), _split(table.get("python_files")), "pyproject.toml")
     for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
         ini = read_ini(root / name)
         if ini.has_section(section):
-            return _ini_config(ini, section)
+            return _ini_config(ini, section, name)
     return PytestConfig()
 
 
-def _ini_config(ini: configparser.ConfigParser, section: str) -> PytestConfig:
+def _ini_config(ini: configparser.ConfigParser, section: str, name: str) -> PytestConfig:
     if not ini.has_section(section):
         return PytestConfig()
     values = dict(ini.items(section))
-    return PytestConfig(_split(values.get("addopts")), _split(values.get("required_plugins")), set(values))
+    return PytestConfig(_split(values.get("addopts")), _split(values.get("required_plugins")), set(values),
+                        _split(values.get("testpaths")), _split(values.get("python_files")), name)
 
 
 def _option_plugin(token: str) -> str | None:

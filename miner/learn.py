@@ -23,15 +23,15 @@ from pathlib import Path
 import yaml
 
 from miner.catalogue import CatalogueError, load_catalogue, load_type
-from miner.healthy import measure_project
-from miner.install import build_spec
-from miner.inverters.procedural import ProceduralInverter, enumerate_targets, matches
+from miner.inverters.procedural import ProceduralInverter, matches
+from miner.inverters.targets import enumerate_targets
 from miner.llm import Call, LLMClient, LLMError
 from miner.models import Candidate, HealthyState, InversionType, Project, Target, Task
 from miner.pipeline import CrawlOptions, ProjectReport, mine_source
+from miner.prepare import PinError, prepare
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend
-from miner.sources import fetch, parse_source
+from miner.sources import FetchError, parse_source
 from miner.store import Store
 from miner.validate import Context, healthy_manifest, validate
 
@@ -118,15 +118,16 @@ def learn(store: Store, task_id: str, client: LLMClient, out: Path, budget: int 
 
 
 def own_context(store: Store, task: Task, backend: Backend) -> tuple[Project, Context]:
-    """The task's project, built (a workspace already in the store is reused) with its healthy state."""
-    project = fetch(task.source, store.cache_root / "sources")
-    spec = build_spec(project, backend=backend.name)
-    env = backend.build(project, spec, store.work_root / project.key)
-    state = store.healthy(project.key)
-    if state is None:
-        state, _ = measure_project(backend, env, project, spec, timeout=600.0)
-    return project, Context(backend, env, state, healthy_manifest(backend, env),
-                            scan_roots=backend.capabilities.scan_roots)
+    """The task's project at its commit, built with its healthy state (reused from the store)."""
+    try:
+        prepared = prepare(task.source, backend, store, commit=task.commit)
+    except (FetchError, PinError) as exc:
+        raise LearnError(f"cannot fetch the task's project: {exc}") from None
+    caps, state = backend.capabilities, prepared.state
+    assert state is not None  # prepare measures unless asked not to
+    manifest = healthy_manifest(backend, prepared.env, caps.scan_roots, caps.scan_exclude)
+    return prepared.project, Context(backend, prepared.env, state, manifest, scan_roots=caps.scan_roots,
+                                     scan_exclude=caps.scan_exclude)
 
 
 def task_prompt(task: Task, project: Project, state: HealthyState) -> str:

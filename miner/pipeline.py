@@ -13,25 +13,26 @@ import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
 import networkx as nx
 
-from miner import __version__
 from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
-from miner.healthy import RAW_KINDS, SkipProject, measure_project
-from miner.install import build_spec
+from miner.disk import LowDisk, check_free_space
+from miner.healthy import RAW_KINDS, SkipProject
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
-from miner.inverters.procedural import ProceduralInverter, enumerate_targets
+from miner.inverters.procedural import ProceduralInverter
+from miner.inverters.targets import enumerate_targets
 from miner.model_instruction import instruction_writer
 from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
+from miner.prepare import PinError, Prepared, prepare
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend, BuildError, SandboxError
-from miner.sources import FetchError, fetch, parse_repos
+from miner.sources import FetchError, parse_repos
 from miner.store import Store
+from miner.tasks import make_task, task_files
 from miner.validate import Context, healthy_manifest, validate
 
 Phase = Callable[[str, str], None]  # (project name, phase description)
@@ -49,9 +50,10 @@ class CrawlOptions:
     select: str = "graph"  # graph | random
     timeout: float = 600.0  # per test-suite run
     system: bool = True  # ask the backend for system and service targets (Docker only)
+    catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (their types override built-in ones)
+    min_free_gb: float = 5.0  # the crawl stops when the store's file system has less free (0: never)
     inverter: str = "procedural"  # procedural | agent | both
     agent: AgentOptions | None = None  # the model client and the agent's limits (agent, both)
-    catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (learned types)
 
 
 @dataclass
@@ -67,6 +69,7 @@ class ProjectReport:
     suite_seconds: float = 0.0
     seconds: float = 0.0
     by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [tried, validated]
+    stopped: bool = False  # skipped because the disk ran low: the crawl as a whole failed
     tokens: int = 0  # model tokens spent by the agent (cache hits cost none)
 
 
@@ -95,20 +98,28 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
     """Mine one source, recording a skip with its reason instead of raising."""
     store = Store(root)  # one connection per worker thread
     report, start = ProjectReport(source=source.raw, repo=source.location), time.monotonic()
-    key, commit = content_id("unfetched", source.raw), ""
+    fetched: list[Project] = []
+
+    def on_project(project: Project) -> None:
+        fetched.append(project)
+        report.repo = project.repo
+        store.record_project(project.key, project.repo, project.commit, source.raw, source.origin, "running")
+
     try:
-        phase(source.name, "fetching")
-        project = fetch(source, store.root / "cache" / "sources")
-        key, report.repo, commit = project.key, project.repo, project.commit
-        store.record_project(key, project.repo, commit, source.raw, source.origin, "running")
-        _mine_project(project, store, backend, types, options, report, lambda text: phase(source.name, text))
+        check_free_space(store.root, options.min_free_gb)
+        prepared = prepare(source, backend, store, timeout=options.timeout, on_project=on_project,
+                           say=lambda text: phase(source.name, text))
+        _mine_project(prepared, store, types, options, report, lambda text: phase(source.name, text))
     except (FetchError, BuildError, SkipProject, SandboxError) as exc:
         report.status, report.reason = "skipped", _reason(exc)
+    except LowDisk as exc:
+        report.status, report.reason, report.stopped = "skipped", str(exc), True
     except Exception as exc:  # a bug met on one project must not end the whole crawl
         report.status = "skipped"
         report.reason = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         traceback.print_exc()
     report.seconds = time.monotonic() - start
+    key, commit = (fetched[0].key, fetched[0].commit) if fetched else (content_id("unfetched", source.raw), "")
     store.record_project(key, report.repo, commit, source.raw, source.origin, report.status, report.reason,
                          seconds=report.seconds)
     store.close()
@@ -117,7 +128,7 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
 
 
 def _reason(exc: Exception) -> str:
-    kind = {FetchError: "fetch failed", BuildError: "build failed"}.get(type(exc), "")
+    kind = {FetchError: "fetch failed", PinError: "fetch failed", BuildError: "build failed"}.get(type(exc), "")
     text = str(exc).strip()
     log = getattr(exc, "log", "")
     if log:
@@ -125,24 +136,22 @@ def _reason(exc: Exception) -> str:
     return f"{kind}: {text}" if kind else text
 
 
-def _mine_project(project: Project, store: Store, backend: Backend, types: list[InversionType],
-                  options: CrawlOptions, report: ProjectReport, phase: Callable[[str], None]) -> None:
-    phase("building")
-    spec = build_spec(project, backend=backend.name)
-    env = backend.build(project, spec, store.root / "work" / project.key)
-    phase("recording healthy state")
+def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], options: CrawlOptions,
+                  report: ProjectReport, phase: Callable[[str], None]) -> None:
+    project, state, backend, env = prepared.project, prepared.state, prepared.backend, prepared.env
     timeout = float(project.source.overrides.get("timeout", options.timeout))
-    state, extra_targets = measure_project(backend, env, project, spec, timeout, system=options.system)
     extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
     report.suite_seconds = state.suite_seconds
     store.record_project(project.key, project.repo, project.commit, project.source.raw, project.source.origin,
                          "running", healthy=state)
     phase("choosing inversion points")
+    extra_targets = backend.backend_targets(env)[1] if options.system and backend.capabilities.system else []
     graph = graphs.build_graph(project, state)
     procedural = options.inverter != "agent"
     candidates = choose_candidates(project, state, types, options, graph, extra_targets) if procedural else []
-    ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
-                  scan_roots=getattr(backend, "scan_roots", ("/sandbox",)))
+    caps = backend.capabilities
+    ctx = Context(backend, env, state, healthy_manifest(backend, env, caps.scan_roots, caps.scan_exclude),
+                  timeout=timeout, extra=extra, scan_roots=caps.scan_roots, scan_exclude=caps.scan_exclude)
     by_id = {t.id: t for t in types}
     total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
     for number, inversion in enumerate(_adaptive(candidates, options, lambda inv: store.candidate_rule(
@@ -151,6 +160,7 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
             break
         if number > total:
             break
+        check_free_space(store.root, options.min_free_gb)
         phase(f"candidate {number}/{total}: {inversion.type_id} on {inversion.target.name}")
         _try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph)
     if options.inverter in ("agent", "both") and options.agent is not None:
@@ -172,7 +182,7 @@ def _mine_with_agent(ctx: Context, project: Project, store: Store, types: list[I
     # Goals see the tasks no model made: a rerun (or a resumed crawl) with the same seed then asks
     # the same questions, which the cache answers for free; the seed spreads the goals instead.
     mined = [task for task in store.list_tasks(repo=project.repo) if task.model is None]
-    targets = enumerate_targets(project, ctx.state) + list(extra_targets)
+    targets = enumerate_targets(project, ctx.state, extra_targets)
     goals = make_goals(project, ctx.state, graph, targets, types, mined, agent_options.settings.goals, options.seed)
 
     def judge(inversion: Inversion) -> Candidate:
@@ -191,6 +201,7 @@ def _mine_with_agent(ctx: Context, project: Project, store: Store, types: list[I
         if client.budget.exhausted:
             phase("agent: crawl token budget spent")
             break
+        check_free_space(store.root, options.min_free_gb)
         phase(f"agent goal {number}/{len(goals)}: {goal.category} on {goal.target.name}")
         result = agent.run(goal)
         store.record_llm_calls(project.key, project.repo, [
@@ -228,7 +239,7 @@ def choose_candidates(project: Project, state: HealthyState, types: list[Inversi
     (syslib, debpkg) are selected like the others, the rest are tried after them, unpredicted.
     """
     inverter = ProceduralInverter(types, seed=options.seed)
-    targets = enumerate_targets(project, state) + list(extra_targets or [])
+    targets = enumerate_targets(project, state, extra_targets or [])
     if options.select == "random":
         return inverter.candidates(project, state, targets=targets, budget=options.budget, shuffle=True)
     graph = graph if graph is not None else graphs.build_graph(project, state)
@@ -270,45 +281,3 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
     store.record_candidate(project.key, candidate)
     return candidate
 
-
-def make_task(project: Project, state: HealthyState, cand: Candidate, itype: InversionType, backend: str,
-              graph: nx.DiGraph | None = None) -> Task:
-    """A validated candidate becomes a task: instruction from the symptom, difficulty from the graph.
-
-    The stored depth is measured from the observed F2P tests down to the broken node (the
-    selection's depth was over the predicted radius), whichever way the target was chosen.
-    """
-    from miner.instruction import write_instruction
-
-    inv = cand.inversion
-    if graph is not None:
-        inv.graph_depth = graphs.depth(graph, inv.target, cand.f2p)
-    level, score = graphs.difficulty(inv.graph_depth, len(cand.f2p), inv.family)
-    task = Task(
-        id=cand.id, repo=project.repo, commit=project.commit, source=project.source, type_id=inv.type_id,
-        family=inv.family, target=inv.target, summary=inv.summary, break_script=inv.break_script,
-        fix_script=inv.fix_script, f2p=cand.f2p, p2p=cand.p2p, predicted_f2p=inv.predicted_f2p,
-        difficulty=level, difficulty_score=score, graph_depth=inv.graph_depth, whole_suite=itype.whole_suite,
-        test_command=state.test_command, probes=[p for p in state.probes if p.id in set(cand.f2p + cand.p2p)],
-        protected={p: state.file_hashes[p] for p in state.protected}, suite_seconds=state.suite_seconds,
-        backend=backend, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-    task.instruction = write_instruction(task, cand, state)
-    return task
-
-
-def task_files(task: Task, state: HealthyState, cand: Candidate) -> dict[str, str]:
-    """The files of a task folder besides task.json."""
-    import json
-
-    files = {
-        "break.sh": task.break_script,
-        "fix.sh": task.fix_script,
-        "instruction.md": task.instruction,
-        "healthy.json": json.dumps({"outcomes": state.outcomes, "durations": state.durations}, indent=1),
-        "broken.json": json.dumps({"outcomes": cand.broken, "messages": cand.broken_messages}, indent=1),
-        "fixed.json": json.dumps({"outcomes": cand.fixed}, indent=1),
-        "miner-version": __version__,
-    }
-    files.update({f"logs/{name}.log": text for name, text in cand.logs.items()})
-    return files

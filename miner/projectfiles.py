@@ -136,7 +136,7 @@ def is_protected(rel: str, test_files: Iterable[str] = ()) -> bool:
 
 
 def may_be_target(rel: str, test_files: Iterable[str] = ()) -> bool:
-    """A file a break may change: not protected, not packaging or docs, not a dotfile (those
-    configure tools, not the program)."""
-    name = PurePosixPath(rel).name
-    return not (is_protected(rel, test_files) or is_packaging(rel) or is_doc(rel) or name.startswith("."))
+    """A file a break may change: not protected, not packaging or docs, not a dotfile nor under a
+    dot folder (.vscode/, .devcontainer/: those configure tools, not the program)."""
+    hidden = any(part.startswith(".") for part in PurePosixPath(rel).parts)
+    return not (is_protected(rel, test_files) or is_packaging(rel) or is_doc(rel) or hidden)

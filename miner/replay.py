@@ -3,7 +3,9 @@
 For debugging an inversion: each top-level statement of the break script (split with tree-sitter's
 bash grammar) runs on its own and its effect on the sandbox's files is shown; then the outcome
 diff against the healthy state, the fix, and the restoration. A replay whose F2P set differs from
-the stored one says so, and the caller exits non-zero.
+the stored one says so, and the caller exits non-zero. The project is always the one the task was
+mined from (miner.prepare.fetch_pinned): when its source now resolves to another commit, the
+mined commit is fetched, or the replay stops with PinError saying why it cannot be.
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ import tree_sitter_bash
 from tree_sitter import Language, Parser
 
 from miner.healthy import MINER_DIR, hash_tree, run_checks
-from miner.install import build_spec
 from miner.models import SANDBOX_ROOT, Task
+from miner.prepare import prepare
 from miner.sandbox import get_backend
 from miner.sandbox.base import Sandbox
-from miner.sources import fetch
 from miner.store import Store
 
 Say = Callable[[str], None]
@@ -105,10 +106,10 @@ def replay(store: Store, task_id: str, say: Say, keep: bool = False, shell: bool
     result = ReplayResult(task.id)
     backend = get_backend(backend_name or task.backend)
     say(f"task {task.id}: {task.type_id} on {task.target.name} ({task.repo}@{task.commit[:12]})")
-    say("rebuilding the healthy sandbox ...")
-    project = fetch(task.source, store.root / "cache" / "sources")
-    env = backend.build(project, build_spec(project, backend=backend.name), store.root / "work" / project.key)
-    extra = backend.run_derived_probes
+    say("rebuilding the healthy sandbox at the mined commit ...")
+    prepared = prepare(task.source, backend, store, commit=task.commit, measure=False,
+                       say=lambda text: say(f"  {text}"))
+    env, extra = prepared.env, backend.run_derived_probes
     sandbox = backend.fork(env)
     try:
         say("applying the break step by step:")

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.request
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,18 +38,14 @@ from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from miner.models import Project, Source, SourceError
+from miner.projectfiles import skipped_dir
 
 OVERRIDE_KEYS = frozenset({"test", "extras", "python", "install", "timeout"})
 ENV_OVERRIDE_PREFIX = "env."
 GIT_SCHEMES = ("https://", "http://", "ssh://", "file://", "git://")
-# Folders never copied from a local project: VCS data, caches, virtualenvs and build output.
-SKIPPED_DIRS = frozenset(
-    {".git", ".hg", ".svn", "__pycache__", ".venv", ".tox", ".nox", ".eggs", ".pytest_cache",
-     ".mypy_cache", ".ruff_cache", ".hypothesis", "node_modules"}
-)
-TOP_LEVEL_BUILD_DIRS = frozenset({"build", "dist"})  # only at the root: src/build/ may be code
 SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 PIP_TIMEOUT = 900
+DOWNLOAD_TIMEOUT = 120  # seconds without data before an sdist download gives up
 
 _SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+)@(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).+)$")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -264,8 +261,12 @@ def _normalise_url(url: str) -> str:
 # Fetching
 
 
-def fetch(source: Source, cache: Path) -> Project:
-    """Fetch a source into the cache and pin it; raise FetchError with a reason on failure."""
+def fetch(source: Source, cache: Path, *, sdist_url: str | None = None, sdist_sha256: str | None = None) -> Project:
+    """Fetch a source into the cache and pin it; raise FetchError with a reason on failure.
+
+    For a pypi source, `sdist_url` (with its `sdist_sha256`, from the index's JSON API) is
+    downloaded directly instead of through `pip download`, which also prepares metadata.
+    """
     cache = Path(cache).resolve()
     cache.mkdir(parents=True, exist_ok=True)
     if source.kind == "git":
@@ -273,8 +274,20 @@ def fetch(source: Source, cache: Path) -> Project:
     if source.kind == "local":
         return _fetch_local(source, cache)
     if source.kind == "pypi":
-        return _fetch_pypi(source, cache)
+        return _fetch_pypi(source, cache, sdist_url, sdist_sha256)
     raise FetchError(f"unknown source kind {source.kind!r}")
+
+
+def cache_entry(source: Source, cache: Path) -> Path:
+    """The cache folder `fetch` uses for a source (its lock file is the entry with suffix .lock)."""
+    cache = Path(cache).resolve()
+    if source.kind == "git":
+        digest = hashlib.sha256(_normalise_url(source.location).encode()).hexdigest()[:12]
+        return cache / "git" / f"{_slug(source.name)}-{digest}"
+    if source.kind == "local":
+        return cache / "local" / f"{_slug(source.name)}-{hashlib.sha256(source.location.encode()).hexdigest()[:12]}"
+    name, version = source.location.split("==")
+    return cache / "pypi" / f"{canonicalize_name(name)}-{version}"
 
 
 @contextlib.contextmanager
@@ -326,7 +339,7 @@ def _git_error(exc: git.GitCommandError) -> str:
 
 def _fetch_git(source: Source, cache: Path) -> Project:
     url = source.location
-    entry = cache / "git" / f"{_slug(source.name)}-{hashlib.sha256(_normalise_url(url).encode()).hexdigest()[:12]}"
+    entry = cache_entry(source, cache)
     with _locked(entry.with_suffix(".lock")):
         repo = _clone_or_update(url, entry / "repo.git", source.ref)
         sha = _resolve(repo, url, source.ref)
@@ -424,7 +437,7 @@ def _fetch_local(source: Source, cache: Path) -> Project:
     folder = Path(source.location)
     if not folder.is_dir():
         raise FetchError(f"folder not found: {folder}")
-    entry = cache / "local" / f"{_slug(source.name)}-{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}"
+    entry = cache_entry(source, cache)
     entry.mkdir(parents=True, exist_ok=True)
     with _locked(entry.with_suffix(".lock")):
         tmp = Path(tempfile.mkdtemp(prefix=".copy-", dir=entry))
@@ -454,16 +467,9 @@ def _folder_commit(folder: Path, digest: str) -> str:
 
 
 def _skip(root: Path, directory: Path, names: list[str]) -> set[str]:
-    skipped = set()
-    for name in names:
-        path = directory / name
-        if not path.is_dir() or path.is_symlink():
-            continue
-        if (name in SKIPPED_DIRS or name.endswith(".egg-info")
-                or (directory == root and name in TOP_LEVEL_BUILD_DIRS)
-                or (path / "pyvenv.cfg").exists()):  # a virtualenv under any name
-            skipped.add(name)
-    return skipped
+    """Folders of a local project that hold no project files (miner.projectfiles decides)."""
+    return {name for name in names if (directory / name).is_dir() and not (directory / name).is_symlink()
+            and skipped_dir(name, directory / name, top=directory == root)}
 
 
 def _copy_project(folder: Path, dest: Path) -> None:
@@ -497,12 +503,13 @@ def _file_sha256(path: Path) -> str:
 # --- pypi sdists
 
 
-def _fetch_pypi(source: Source, cache: Path) -> Project:
+def _fetch_pypi(source: Source, cache: Path, url: str | None = None, sha256: str | None = None) -> Project:
     name, version = source.location.split("==")
     canonical = canonicalize_name(name)
-    entry = cache / "pypi" / f"{canonical}-{version}"
+    entry = cache_entry(source, cache)
     with _locked(entry.with_suffix(".lock")):
-        sdist = _cached_sdist(entry) or _download_sdist(name, version, entry)
+        sdist = _cached_sdist(entry) or (_download_url(url, sha256, entry) if url
+                                         else _download_sdist(name, version, entry))
         sha = _file_sha256(sdist)
         unpacked = entry / f"src-{sha[:12]}"
         if not unpacked.exists():
@@ -530,6 +537,29 @@ def _download_sdist(name: str, version: str, entry: Path) -> Path:
             raise FetchError(_pip_reason(name, version, run.stdout + run.stderr))
         sdist = entry / files[0].name
         files[0].rename(sdist)
+    return sdist
+
+
+def _download_url(url: str, sha256: str | None, entry: Path) -> Path:
+    """Download one sdist file from the index into the cache entry, checking its sha256."""
+    entry.mkdir(parents=True, exist_ok=True)
+    filename = Path(urlsplit(url).path).name
+    if not filename.endswith(SDIST_SUFFIXES):
+        raise FetchError(f"not an sdist file: {filename}")
+    with tempfile.TemporaryDirectory(dir=entry, prefix=".download-") as tmp:
+        part = Path(tmp) / filename
+        digest = hashlib.sha256()
+        try:
+            with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as answer, open(part, "wb") as out:
+                for block in iter(lambda: answer.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+        except (OSError, ValueError) as exc:
+            raise FetchError(f"cannot download {filename}: {exc}") from None
+        if sha256 and digest.hexdigest() != sha256.lower():
+            raise FetchError(f"{filename} does not match the index's sha256 (download corrupted)")
+        sdist = entry / filename
+        part.rename(sdist)
     return sdist
 
 

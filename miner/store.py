@@ -105,6 +105,14 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     created TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS llm_calls_candidate ON llm_calls (candidate_id);
+CREATE TABLE IF NOT EXISTS healthy_states (
+    key TEXT PRIMARY KEY,  -- source, commit, backend, install spec, miner version (prepare.state_key)
+    repo TEXT NOT NULL,
+    "commit" TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    state_json TEXT NOT NULL,
+    created TEXT NOT NULL
+);
 """
 
 
@@ -336,12 +344,29 @@ class Store:
         )
         return [{**dict(row), "has_healthy": bool(row["has_healthy"])} for row in rows]
 
+    def task_project_keys(self) -> set[str]:
+        """The keys of the projects that stored tasks were mined from (what `miner gc` keeps)."""
+        return {row[0] for row in self._query("SELECT DISTINCT project_key FROM tasks")}
+
     def healthy(self, key: str) -> HealthyState | None:
         """The healthy state recorded for a project, if any."""
         rows = self._query("SELECT healthy_json FROM projects WHERE key = ?", (key,))
         if not rows or rows[0][0] is None:
             return None
         return HealthyState.model_validate_json(rows[0][0])
+
+    def recorded_state(self, key: str) -> HealthyState | None:
+        """A healthy state recorded under a preparation key (see miner.prepare.state_key)."""
+        rows = self._query("SELECT state_json FROM healthy_states WHERE key = ?", (key,))
+        return HealthyState.model_validate_json(rows[0][0]) if rows else None
+
+    def record_state(self, key: str, state: HealthyState) -> None:
+        """Keep a measured healthy state for later preparations with the same key."""
+        with self._write() as conn:
+            conn.execute(
+                """INSERT OR REPLACE INTO healthy_states (key, repo, "commit", backend, state_json, created)
+                   VALUES (?, ?, ?, ?, ?, ?)""",
+                (key, state.repo, state.commit, state.backend, state.model_dump_json(), _now()))
 
     # -- candidates -----------------------------------------------------------------------
 

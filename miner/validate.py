@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 
-from miner.healthy import MINER_DIR, ExtraProbes, hash_tree, passing, run_checks
+from miner.healthy import MINER_DIR, ExtraProbes, hash_tree, list_tree, passing, run_checks
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
 from miner.sandbox.base import Backend, Healthy, Sandbox
 
 SCRIPT_TIMEOUT = 300.0
+CTIME_SLACK = 0.05  # file systems stamp ctime from a coarse clock (a few ms behind time.time())
 DIST_INFO = re.compile(r"^(.*/[^/-]+)-[^/]+\.dist-info/")
 
 
@@ -33,7 +35,8 @@ class Context:
     manifest: dict[str, str]  # sandbox path -> sha256 of every file of the healthy sandbox
     timeout: float = 600.0
     extra: ExtraProbes | None = None
-    scan_roots: tuple[str, ...] = (SANDBOX_ROOT,)
+    scan_roots: tuple[str, ...] = (SANDBOX_ROOT,)  # the backend's Capabilities
+    scan_exclude: tuple[str, ...] = (MINER_DIR,)
 
 
 class Rejected(Exception):
@@ -42,10 +45,12 @@ class Rejected(Exception):
         self.rule, self.detail = rule, detail
 
 
-def healthy_manifest(backend: Backend, env: Healthy, roots: tuple[str, ...] = (SANDBOX_ROOT,)) -> dict[str, str]:
-    """Hashes of every file of a fresh healthy copy, for the answer-leak rule."""
+def healthy_manifest(backend: Backend, env: Healthy, roots: tuple[str, ...] = (SANDBOX_ROOT,),
+                     exclude: tuple[str, ...] = (MINER_DIR,)) -> dict[str, str]:
+    """Hashes of every file a break may touch in a fresh healthy copy (the backend's scan roots),
+    measured once per project, for the answer-leak rule."""
     with backend.fork(env) as sandbox:
-        return {p: h for p, h in hash_tree(sandbox, list(roots)).items() if not p.startswith(MINER_DIR)}
+        return hash_tree(sandbox, list(roots), exclude=exclude)
 
 
 class Run:
@@ -56,6 +61,7 @@ class Run:
         self.logs: dict[str, str] = {}
         self.suite_runs = 0.0
         self.healthy_pass = passing(ctx.state.outcomes)
+        self.forked_at = 0.0  # when the break's sandbox was forked (time.time()), for the leak scan
 
     def apply(self, sandbox: Sandbox, name: str, script: str, network: bool) -> None:
         sandbox.put(f"{MINER_DIR}/{name}.sh", script.encode(), mode=0o755)
@@ -87,15 +93,19 @@ class Run:
             raise Rejected("protected-changed", f"protected files changed: {', '.join(changed[:5])}")
 
     def no_leak(self, sandbox: Sandbox) -> None:
-        """Rule 6: no file of the broken state holds the original bytes of a changed/removed file."""
-        before = self.ctx.manifest
-        after = {p: h for p, h in hash_tree(sandbox, list(self.ctx.scan_roots)).items() if not p.startswith(MINER_DIR)}
-        counts: dict[str, int] = {}
-        for digest in before.values():
-            counts[digest] = counts.get(digest, 0) + 1
+        """Rule 6: no file of the broken state holds the original bytes of a changed/removed file.
+
+        Only files whose inode changed since the fork can hold such a copy, so only those are
+        hashed again; every root the backend declares a break may touch is scanned.
+        """
+        before, roots, exclude = self.ctx.manifest, list(self.ctx.scan_roots), self.ctx.scan_exclude
+        changed = hash_tree(sandbox, roots, exclude=exclude, changed_since=self.forked_at)
+        present = list_tree(sandbox, roots, exclude)
+        counts = Counter(before.values())
         # only contents unique in the healthy state: empty or boilerplate files repeat innocently
-        lost = {h: p for p, h in before.items() if after.get(p) != h and counts[h] == 1}
-        leaks = [f"{path} holds the original of {lost[h]}" for path, h in after.items()
+        lost = {h: p for p, h in before.items()
+                if counts[h] == 1 and (p not in present or changed.get(p, h) != h)}
+        leaks = [f"{path} holds the original of {lost[h]}" for path, h in sorted(changed.items())
                  if h in lost and before.get(path) != h and _unversioned(path) != _unversioned(lost[h])]
         if leaks:
             raise Rejected("answer-leaked", "; ".join(leaks[:3]))
@@ -125,6 +135,7 @@ def validate(ctx: Context, inversion: Inversion, whole_suite_ok: bool = False) -
 def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
     ctx = run.ctx
     with ctx.backend.fork(ctx.env) as sandbox:
+        run.forked_at = time.time() - CTIME_SLACK
         run.apply(sandbox, "break", inv.break_script, inv.network_break)
         run.protected_unchanged(sandbox)
         _early_stop(run, sandbox, inv)

@@ -22,7 +22,7 @@ from miner.catalogue import load_catalogue
 from miner.healthy import measure_project
 from miner.install import build_spec
 from miner.inverters.agent import SUBMIT, SYSTEM_PROMPT, Agent, AgentSettings, Goal, make_goals
-from miner.inverters.procedural import enumerate_targets
+from miner.inverters.targets import enumerate_targets
 from miner.llm import LLMClient, LLMSettings, TokenBudget
 from miner.sandbox.base import Limits
 from miner.sandbox.local import LocalBackend
@@ -72,7 +72,7 @@ def world(project_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     backend = LocalBackend()
     spec = build_spec(project, Limits(processes=256))  # a fork bomb below meets this limit
     env = backend.build(project, spec, store.work_root / project.key)
-    state, _ = measure_project(backend, env, project, spec, timeout=300)
+    state = measure_project(backend, env, project, spec, timeout=300)
     ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=300)
     graph = graphs.build_graph(project, state)
     types = list(load_catalogue().values())

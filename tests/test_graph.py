@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -29,8 +30,6 @@ from miner.graph import (
     GraphvizMissing,
     build_graph,
     depth,
-    difficulty,
-    graph_command,
     module_names,
     parse_source,
     predict,
@@ -43,6 +42,7 @@ from miner.graph import (
 from miner.healthy import discover_probes
 from miner.models import Distribution, HealthyState, Outcome, Probe, Project, Source, Target, Task
 from miner.store import Store
+from miner.tasks import difficulty
 from miner.testing import REPORT_FLAGS, parse_junit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -543,6 +543,21 @@ def test_select_targets_prefers_partial_distinct_and_deep(stockapp: Built, stock
     assert select_targets(stock_graph, stockapp.healthy, [targets[2]], budget=None, seed=0) == []
 
 
+def test_the_graph_ranks_the_crawls_targets_and_never_the_tests_data(stockapp: Built,
+                                                                     stock_graph: nx.DiGraph) -> None:
+    """The graph draws and predicts the tests' own data, but only enumerate_targets says what may break
+    (rule 7: the tests are the judge), so `miner graph` and the crawl rank the same targets."""
+    from miner.inverters.targets import enumerate_targets
+
+    targets = enumerate_targets(stockapp.project, stockapp.healthy)
+    keys = {t.key for t in targets}
+    assert "data:tests/data/rows.csv" in stock_graph and "data:tests/data/rows.csv" not in keys
+    assert {"config:stockapp.ini", "envvar:STOCK_REGION", "distribution:six"} <= keys
+    chosen = select_targets(stock_graph, stockapp.healthy, targets, budget=None, seed=0)
+    assert chosen and {t.key for t, _, _ in chosen} <= keys
+    assert not any(t.path and t.path.startswith("tests/") for t in targets)
+
+
 def test_whole_suite_targets_come_after_partial_ones(tmp_path: Path) -> None:
     project = write_project(tmp_path, {
         "app.py": 'import os\nMODE = os.environ.get("APP_MODE")\ndef rows():\n    return open("rows.csv").read()\n',
@@ -687,22 +702,33 @@ def test_fixture_graph_renders_readably(inventory_app: Built, tmp_path: Path) ->
 
 def test_graph_command_draws_a_stored_task(stockapp: Built, tmp_path: Path) -> None:
     """A task id: the project comes from the source cache and the healthy state from the store."""
+    from click.testing import CliRunner
+
+    from miner.cli import main
+    from miner.install import build_spec
+    from miner.prepare import state_key
     from miner.sources import fetch
 
     store = Store(tmp_path / "store", create=True)
     project = fetch(stockapp.project.source, store.root / "cache" / "sources")
     store.record_project(project.key, project.repo, project.commit, project.source.raw, "", "mined",
                          healthy=stockapp.healthy)
+    store.record_state(state_key(project, "local", build_spec(project, backend="local")), stockapp.healthy)
     target = Target(kind="distribution", name="six")
     task = Task(id="5ix0000000000000", repo=project.repo, commit=project.commit, source=project.source,
                 type_id="deps/uninstall", family="deps", target=target, summary="six removed",
                 break_script="pip uninstall -y six", fix_script="pip install six",
                 f2p=["tests/test_dates.py::test_add_months"], p2p=["tests/test_rows.py::test_plain"])
     store.add_task(task, {}, project_key=project.key)
-    report = graph_command(store, "5ix0", fmt="json", out=tmp_path / "task.json")
-    assert report.task == task.id
-    assert report.chosen == [(target, {"tests/test_dates.py::test_add_months"}, 4)]
-    assert json.loads(report.path.read_text())["highlight"] == ["distribution:six"]
+    store.close()
+    out = tmp_path / "task.json"
+    result = CliRunner().invoke(main, ["--store", str(store.root), "graph", "5ix0", "--format", "json",
+                                       "-o", str(out)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"of task {task.id}" in result.output
+    row = re.search(r"distribution:six\W+(\d+) of \d+\W+(\d+)", result.output)  # predicted F2P, depth
+    assert row and row.groups() == ("1", "4"), result.output
+    assert json.loads(out.read_text())["highlight"] == ["distribution:six"]
 
 
 def test_miner_graph_on_a_fixture_source(tmp_path: Path) -> None:

@@ -27,16 +27,13 @@ import yaml
 from miner.catalogue import load_catalogue, select_types
 from miner.inverters.procedural import (
     ProceduralInverter,
-    dependency_depths,
     edit_config,
-    enumerate_targets,
-    env_reads,
     matches,
     older_release,
-    parse_config,
     retyped,
     wrong_value,
 )
+from miner.inverters.targets import code_facts, dependency_depths, enumerate_targets, parse_config
 from miner.models import Distribution, HealthyState, Project, Source, Target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +90,10 @@ PROJECT_FILES = {
             return (ROOT / "data" / "words.csv").read_text(encoding="utf-8").splitlines()
 
 
+        def names():
+            return (ROOT / "data" / "names.txt").read_text(encoding="utf-8").split()
+
+
         def settings():
             app = json.loads((ROOT / "conf" / "app.json").read_text())
             app["port"] + 1
@@ -121,6 +122,7 @@ PROJECT_FILES = {
     "tests/fixtures/sample.txt": "alpha\nbeta\ngamma\n",
     "tests/fixtures/settings.json": '{"not": "a config outside tests"}\n',
     "data/words.csv": "word,count\nhello,3\nworld,5\nünïcode,7\n",
+    "data/names.txt": "alice\nbob\ncarol\n",
     "data/unused.dat": "nobody reads this file\n",
     "data/s.csv": "a name that is a substring of another\n",
     ".hidden.json": '{"a": 1}\n',
@@ -279,7 +281,8 @@ def test_targets_of_every_kind(world):
     assert configs == {"conf/settings.yaml": "yaml", "conf/app.ini": "ini", "conf/app.toml": "toml",
                        "conf/app.json": "json"}
     data = {t.name for t in targets.values() if t.kind == "data"}
-    assert data == {"data/words.csv", "tests/fixtures/sample.txt"}  # named in code; README/unused.dat are not
+    # named in code; README/unused.dat are not, and the tests' own data is the judge (rule 7)
+    assert data == {"data/words.csv", "data/names.txt"}
     assert {t.name: t.attrs["value"] for t in targets.values() if t.kind == "envvar"} == {
         "GREETER_MODE": "production", "GREETER_HOME": "/srv/greeter"}
     words = targets["data:data/words.csv"].attrs
@@ -291,13 +294,14 @@ def test_no_protected_or_packaging_file_is_a_target(world):
     names = {t.name for t in enumerate_targets(world.project, world.healthy) if t.kind in ("config", "data")}
     assert not names & set(world.healthy.protected)
     assert not names & {"pyproject.toml", "setup.cfg", "tox.ini", "README.md", "tests/fixtures/settings.json",
-                        "data/unused.dat", "data/s.csv", ".hidden.json"}
+                        "tests/fixtures/sample.txt", "data/unused.dat", "data/s.csv", ".hidden.json"}
 
 
-def test_env_reads_found_with_ast():
+def test_code_facts_come_from_the_tree_sitter_parse(tmp_path):
     code = textwrap.dedent("""\
         import os
         from os import environ, getenv
+        NAME = "H"
         a = os.environ["A"]
         b = os.environ.get("B", "x")
         c = os.getenv("C")
@@ -305,11 +309,17 @@ def test_env_reads_found_with_ast():
         e = "E" in os.environ
         f = environ.setdefault("F", "1")
         g = os.environ.get(name)
+        h = os.getenv(NAME)
+        os.environ["SET_ONLY"] = "1"
         text = "os.environ['NOT_CODE']"
+        table = open(os.path.join(here, "tables", "rates.csv"))
         """)
-    import ast
-
-    assert env_reads(ast.parse(code)) == {"A", "B", "C", "D", "E", "F"}
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(code)
+    facts = code_facts(tmp_path)
+    assert facts.env_reads == {"A", "B", "C", "D", "E", "F", "H"}  # a module constant names a variable too
+    assert facts.mentions("rates.csv") and not facts.mentions("tables")
+    assert "os.environ['NOT_CODE']" in facts.strings and "SET_ONLY" in facts.strings
 
 
 def test_tooling_and_its_requirements_are_not_targets():
@@ -423,12 +433,12 @@ def test_small_budget_spreads_over_families(world):
 
 def test_given_targets_keep_their_order(world):
     targets = by_key(world)
-    ranked = [targets["data:tests/fixtures/sample.txt"], targets["data:data/words.csv"]]
+    ranked = [targets["data:data/names.txt"], targets["data:data/words.csv"]]
     inversions = ProceduralInverter(select_types(CATALOGUE, "data"), seed=0).candidates(
         world.project, world.healthy, targets=ranked)
     keys = [i.target.key for i in inversions]
-    assert keys == sorted(keys, key=lambda k: k != "data:tests/fixtures/sample.txt")
-    assert keys[0] == "data:tests/fixtures/sample.txt" and keys[-1] == "data:data/words.csv"
+    assert keys == sorted(keys, key=lambda k: k != "data:data/names.txt")
+    assert keys[0] == "data:data/names.txt" and keys[-1] == "data:data/words.csv"
     shuffled = ProceduralInverter(select_types(CATALOGUE, "data"), seed=0).candidates(
         world.project, world.healthy, targets=ranked, shuffle=True)
     assert sorted(order(shuffled)) == sorted(order(inversions))
@@ -452,7 +462,7 @@ E2E_TARGETS = {
     "distribution": ["iniconfig"],
     "module": ["six", "iniconfig"],
     "config": ["conf/settings.yaml", "conf/app.ini", "conf/app.toml", "conf/app.json"],
-    "data": ["data/words.csv", "tests/fixtures/sample.txt"],
+    "data": ["data/words.csv", "data/names.txt"],
     "script": ["greet"],
     "envvar": ["GREETER_MODE", "GREETER_HOME"],
 }

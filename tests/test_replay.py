@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_miner
+from conftest import commit_all, run_miner
 
 from miner.models import Task
 from miner.replay import split_steps
@@ -66,3 +66,38 @@ def test_replay_of_a_tampered_task_fails(mined_store: Path, task: Task, tmp_path
     assert done.returncode != 0, output[-3000:]
     assert "F2P DIFFERS from the stored task" in output and INVENTED in output
     assert "differs from the stored task" in done.stderr
+
+
+@pytest.mark.slow
+def test_replay_uses_the_mined_commit_after_the_branch_moved(fixture_repo, tmp_path: Path) -> None:
+    """A task mined from a git branch replays the commit it was mined at, not the branch's new head;
+    a task whose commit can no longer be fetched is refused with one line saying why."""
+    repo = fixture_repo("textkit")
+    repos = tmp_path / "repos.txt"
+    repos.write_text(f"file://{repo.working_tree_dir}@main\n")
+    store = tmp_path / "store"
+    done = run_miner(store, "crawl", "--repos", repos, "--types", "fs/unreadable", "--budget", "1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [task] = Store(store, create=False).list_tasks()
+    assert task.commit == repo.head.commit.hexsha
+    # The branch moves on: the file the task breaks is gone at the new head.
+    target = Path(repo.working_tree_dir) / (task.target.path or task.target.name)
+    target.unlink()
+    commit_all(repo, "drop the file the task breaks")
+    assert repo.head.commit.hexsha != task.commit
+
+    replayed = run_miner(store, "replay", task.id, timeout=900)
+    output = replayed.stdout + replayed.stderr
+    assert replayed.returncode == 0, output[-3000:]
+    assert "F2P matches the stored task" in output and "replay reproduces the stored task" in output
+
+    with Store(store) as writable:  # the same task, claimed to come from a commit nobody has
+        folder = writable.task_dir(task.id)
+        files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
+                 if p.is_file() and p.name != "task.json"}
+        ghost = task.model_copy(update={"id": "f" * 16, "commit": "0123456789abcdef" * 2 + "01234567"})
+        writable.add_task(ghost, files)
+    refused = run_miner(store, "replay", ghost.id, timeout=300)
+    assert refused.returncode != 0
+    assert "Traceback" not in refused.stderr
+    assert "cannot be fetched" in refused.stderr and "0123456789ab" in refused.stderr, refused.stderr

@@ -1,17 +1,17 @@
-"""Procedural inverter: finds what is worth breaking and applies catalogue types to it, no model needed.
+"""Procedural inverter: applies catalogue types to enumerated targets, no model needed.
 
-Two steps, kept apart so a graph-based selector can replace the first:
+What could break is enumerated elsewhere (miner.inverters.targets, the one enumeration the crawl
+and `miner graph` share, ranked by miner.graph); this module decides how to break each target:
 
-    targets = enumerate_targets(project, healthy)          # what could break
+    targets = enumerate_targets(project, healthy)          # what could break (inverters.targets)
     inverter = ProceduralInverter(select_types(load_catalogue(), None), seed=0)
-    inversions = inverter.candidates(project, healthy, targets=None, budget=20)
+    inversions = inverter.candidates(project, healthy, targets=targets, budget=20)
 
-`enumerate_targets` reads the project's files on the host (project.path) and the healthy state:
-the distributions the project requires (transitively, minus pip/setuptools/wheel/pytest and
-everything those need), the importable modules of those, their console scripts and the
-project's own, config files (ini/cfg/toml/yaml/json outside tests, not packaging files, and
-parseable), data files the code or tests name, and environment variables the code reads (found
-with `ast`) that the healthy environment sets.
+Here: matching types to targets (`matches`), the context providers that compute a type's
+template variables (an older release on the index, a config key to drop or retype with the
+format's real parser and a line-preserving edit, a wrong value for a variable), and the order.
+Config keys the code names in a string are preferred (from the tree-sitter parse,
+`targets.code_facts`).
 
 A type applies to a target when the kinds agree, the healthy backend is among its backends and
 its preconditions hold against Target.attrs (see inversions/README.md):
@@ -28,7 +28,6 @@ small budget spreads over them.
 
 from __future__ import annotations
 
-import ast
 import base64
 import configparser
 import copy
@@ -39,10 +38,9 @@ import re
 import stat
 import subprocess
 import sys
-import tomllib
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,35 +49,11 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from miner.catalogue import CatalogueError, render
+from miner.inverters.targets import CodeFacts, code_facts, enumerate_targets, parse_config
 from miner.models import HealthyState, Inversion, InversionType, Project, Target
 
-MAX_FILE_BYTES = 1024 * 1024  # config/data files are embedded (base64) in the fix script
-MAX_SOURCE_FILES = 5000
-SKIP_DIRS = {"__pycache__", "node_modules", "build", "dist", "venv", "env", "site-packages", "htmlcov", "wheelhouse"}
-TEST_DIRS = {"test", "tests", "testing"}
-CODE_SUFFIXES = (".py", ".pyi", ".pyx", ".pxd", ".pyc", ".pyo", ".so", ".pyd", ".c", ".h", ".cpp", ".sh")
-CONFIG_FORMATS = {".ini": "ini", ".cfg": "ini", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}
-PACKAGING_FILES = {
-    "pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "pytest.ini", "noxfile.py", "mypy.ini", ".mypy.ini",
-    "ruff.toml", ".ruff.toml", "hatch.toml", "pdm.toml", "pixi.toml", "poetry.lock", "pdm.lock", "pipfile",
-    "pipfile.lock", "manifest.in", ".coveragerc", ".flake8", ".pylintrc", "pylintrc", ".bumpversion.cfg",
-    ".pre-commit-config.yaml", ".pre-commit-hooks.yaml", ".readthedocs.yml", ".readthedocs.yaml", "mkdocs.yml",
-    "mkdocs.yaml", "codecov.yml", ".codecov.yml", "environment.yml", "environment.yaml", "package.json",
-    "package-lock.json", "tsconfig.json", ".cruft.json", "renovate.json", ".zenodo.json", "appveyor.yml",
-    ".travis.yml", "azure-pipelines.yml", ".gitlab-ci.yml", "readthedocs.yml", "conda.yml", "meta.yaml",
-    "requirements.txt", "readme.md", "readme.rst", "readme.txt", "license", "license.txt", "changelog.md",
-    "changes.rst", "history.rst", "authors.md", "authors.rst", "contributing.md", "setup.json",
-}
-PACKAGING_PREFIXES = ("requirements", "constraints", "license", "copying", "notice", "changelog", "readme")
-NON_TARGET_DIRS = {"docs", "doc", ".github", "ci", "benchmarks"}
-TOOLING_ROOTS = {"pip", "setuptools", "wheel", "pytest", "distribute", "pkg-resources", "virtualenv"}
 BOOL_WORDS = {"true", "false", "yes", "no", "on", "off"}
 FLIPS = {"true": "false", "false": "true", "1": "0", "0": "1", "yes": "no", "no": "yes", "on": "off", "off": "on"}
-
-
-def canonical(name: str) -> str:
-    """PEP 503 normalised distribution name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def b64_lines(data: bytes) -> str:
@@ -87,116 +61,7 @@ def b64_lines(data: bytes) -> str:
     return base64.encodebytes(data).decode().rstrip("\n")
 
 
-# ---------------------------------------------------------------- reading the project
-
-
-@dataclass
-class CodeScan:
-    """What a cheap pass over the project's Python sources found."""
-
-    strings: set[str] = field(default_factory=set)  # string constants
-    env_names: set[str] = field(default_factory=set)  # environment variables read
-    names: set[str] = field(default_factory=set)  # last path component of each string constant
-
-    def mentions(self, filename: str) -> bool:
-        """Whether some string constant names the file (as itself or as a path ending in it)."""
-        return filename in self.names
-
-
-def project_files(root: Path) -> list[str]:
-    """Project-relative POSIX paths of regular files, without VCS, venv, cache or build folders."""
-    found: list[str] = []
-    stack = [root]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = sorted(folder.iterdir())
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_symlink():
-                continue
-            if entry.is_dir():
-                if not (entry.name.startswith(".") or entry.name in SKIP_DIRS or entry.name.endswith(".egg-info")):
-                    stack.append(entry)
-            elif entry.is_file():
-                found.append(entry.relative_to(root).as_posix())
-    return sorted(found)
-
-
-def _is_environ(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
-        isinstance(node, ast.Name) and node.id == "environ")
-
-
-def _is_getenv(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "getenv") or (
-        isinstance(node, ast.Name) and node.id == "getenv")
-
-
-def _const_str(node: ast.AST | None) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
-
-def env_reads(tree: ast.AST) -> set[str]:
-    """Names read through os.environ[...], os.environ.get/setdefault/pop, os.getenv or `in os.environ`."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        key = None
-        if isinstance(node, ast.Subscript) and _is_environ(node.value):
-            key = _const_str(node.slice)
-        elif isinstance(node, ast.Call) and node.args:
-            func = node.func
-            reads = isinstance(func, ast.Attribute) and func.attr in ("get", "setdefault", "pop") and _is_environ(
-                func.value)
-            if reads or _is_getenv(func):
-                key = _const_str(node.args[0])
-        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
-            if _is_environ(node.comparators[0]):
-                key = _const_str(node.left)
-        if key:
-            names.add(key)
-    return names
-
-
-def scan_code(root: Path, files: Iterable[str]) -> CodeScan:
-    """Read the project's .py files once: their string constants and environment reads."""
-    scan = CodeScan()
-    for rel in list(files)[:MAX_SOURCE_FILES]:
-        try:
-            text = (root / rel).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            continue
-        scan.env_names |= env_reads(tree)
-        scan.strings |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    scan.names = {re.split(r"[/\\]", s.strip())[-1] for s in scan.strings if len(s) < 4096}
-    return scan
-
-
 # ---------------------------------------------------------------- config files
-
-
-def parse_config(fmt: str, text: str) -> Any:
-    """The parsed content of a config text with the format's real parser (raises when invalid)."""
-    if fmt == "json":
-        return json.loads(text)
-    if fmt == "yaml":
-        return yaml.safe_load(text)
-    if fmt == "toml":
-        return tomllib.loads(text)
-    if fmt == "ini":
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read_string(text)
-        defaults = dict(parser.defaults())
-        data = {"DEFAULT": defaults} if defaults else {}
-        for section in parser.sections():
-            data[section] = {k: v for k, v in parser.items(section, raw=True) if k not in defaults}
-        return data
-    raise ValueError(f"unknown config format {fmt}")
 
 
 def leaf_keys(fmt: str, data: Any) -> list[tuple[tuple[str, ...], Any]]:
@@ -406,149 +271,6 @@ def retyped(fmt: str, value: Any) -> Any:
     return None
 
 
-# ---------------------------------------------------------------- targets
-
-
-def _file_attrs(data: bytes, mode: int) -> dict[str, Any]:
-    try:
-        data.decode("utf-8")
-        is_text = b"\x00" not in data
-    except UnicodeDecodeError:
-        is_text = False
-    return {
-        "size": len(data),
-        "mode": format(stat.S_IMODE(mode), "o"),
-        "is_text": is_text,
-        "has_crlf": b"\r\n" in data,
-        "lines": data.count(b"\n"),
-    }
-
-
-def _is_packaging(rel: str) -> bool:
-    name = rel.rsplit("/", 1)[-1].lower()
-    return name in PACKAGING_FILES or name.startswith(PACKAGING_PREFIXES)
-
-
-def _config_format(rel: str, data: bytes) -> str | None:
-    fmt = CONFIG_FORMATS.get(Path(rel).suffix.lower())
-    if not fmt:
-        return None
-    try:
-        parsed = parse_config(fmt, data.decode("utf-8"))
-    except Exception:  # noqa: BLE001 - a file its parser rejects is not a config file of that format
-        return None
-    return fmt if parsed is not None else None
-
-
-def file_targets(root: Path, files: list[str], healthy: HealthyState, scan: CodeScan) -> list[Target]:
-    """Config files (outside tests, parseable) and data files the code or tests name in a string."""
-    protected = set(healthy.protected)
-    targets = []
-    for rel in files:
-        parts = rel.split("/")
-        if (rel in protected or rel.endswith(CODE_SUFFIXES) or _is_packaging(rel) or parts[0] in NON_TARGET_DIRS
-                or parts[-1].startswith(".")):  # dotfiles configure tools, not the project
-            continue
-        path = root / rel
-        info = path.stat()
-        if info.st_size > MAX_FILE_BYTES:
-            continue
-        data = path.read_bytes()
-        attrs = {"ext": path.suffix.lower().lstrip("."), "in_tests": any(p in TEST_DIRS for p in parts[:-1]),
-                 **_file_attrs(data, info.st_mode)}
-        fmt = None if attrs["in_tests"] else _config_format(rel, data)
-        if fmt:
-            targets.append(Target(kind="config", name=rel, path=rel, attrs={**attrs, "format": fmt}))
-        elif data and "." in parts[-1] and scan.mentions(parts[-1]):
-            targets.append(Target(kind="data", name=rel, path=rel, attrs=attrs))
-    return targets
-
-
-def _requires_closure(dists: dict[str, Any], starts: dict[str, int]) -> dict[str, int]:
-    """Shortest distance of every distribution reachable from `starts` along Requires-Dist."""
-    depths = {name: depth for name, depth in starts.items() if name in dists}
-    changed = True
-    while changed:
-        changed = False
-        for name, depth in sorted(depths.items()):
-            for req in dists[name].requires:
-                req = canonical(req)
-                if req in dists and depths.get(req, depth + 2) > depth + 1:
-                    depths[req] = depth + 1
-                    changed = True
-    return depths
-
-
-def dependency_depths(healthy: HealthyState) -> dict[str, int]:
-    """Distributions the project needs, by distance, without test and packaging tooling.
-
-    The project's own distributions are at 0; installed distributions nothing requires (test
-    extras, mostly) count as direct requirements (1); pip, setuptools, wheel, pytest, its
-    plugins and everything they require are left out.
-    """
-    dists = {canonical(d.name): d for d in healthy.inventory}
-    own = {canonical(n) for n in healthy.project_dists} & set(dists)
-    tooling_roots = {n: 0 for n in dists if n in TOOLING_ROOTS or n.startswith("pytest-")}
-    tooling = set(_requires_closure(dists, tooling_roots)) - own
-    required = {canonical(r) for d in dists.values() for r in d.requires}
-    leaves = {n: 1 for n in dists if n not in required and n not in tooling and n not in own}
-    depths = _requires_closure(dists, {**leaves, **{n: 0 for n in own}})
-    return {n: d for n, d in sorted(depths.items()) if n not in tooling}
-
-
-def package_targets(healthy: HealthyState) -> list[Target]:
-    """Distribution, module and console-script targets from the healthy inventory."""
-    dists = {canonical(d.name): d for d in healthy.inventory}
-    own = {canonical(n) for n in healthy.project_dists}
-    dist_targets, modules, scripts = [], {}, []
-    for name, depth in dependency_depths(healthy).items():
-        dist, is_own = dists[name], name in own
-        dist_targets.append(Target(kind="distribution", name=name, attrs={
-            "version": dist.version, "depth": depth, "project_own": is_own, "top_level": list(dist.top_level),
-            "has_console_scripts": bool(dist.console_scripts)}))
-        for script, entry in sorted(dist.console_scripts.items()):
-            scripts.append(Target(kind="script", name=script, path=f"bin/{script}", attrs={
-                "dist": name, "entry": entry, "project_own": is_own}))
-        if is_own:
-            continue
-        files = set(dist.files)
-        for module in dist.top_level:
-            if not module.isidentifier() or module.startswith("_") or module in modules:
-                continue
-            package = f"{module}/__init__.py" in files
-            if not package and f"{module}.py" not in files:
-                continue  # compiled-only or namespace module: no single file to break
-            modules[module] = Target(kind="module", name=module,
-                                     path=f"{module}/__init__.py" if package else f"{module}.py",
-                                     attrs={"dist": name, "version": dist.version, "package": package,
-                                            "depth": depth})
-    return dist_targets + sorted(modules.values(), key=lambda t: t.name) + scripts
-
-
-def _value_kind(value: str) -> str:
-    if value.lower() in FLIPS:
-        return "bool"
-    if re.fullmatch(r"-?\d+", value):
-        return "int"
-    if "://" in value:
-        return "url"
-    return "path" if "/" in value else "str"
-
-
-def envvar_targets(healthy: HealthyState, scan: CodeScan) -> list[Target]:
-    """Variables the code reads that the healthy environment sets."""
-    return [Target(kind="envvar", name=name, attrs={"value": healthy.env[name], "value_kind": _value_kind(
-        healthy.env[name])}) for name in sorted(scan.env_names) if name in healthy.env]
-
-
-def enumerate_targets(project: Project, healthy: HealthyState) -> list[Target]:
-    """Every target of the project worth trying, grouped by kind, each group sorted."""
-    files = project_files(project.path)
-    scan = scan_code(project.path, [f for f in files if f.endswith(".py")])
-    return [*package_targets(healthy), *file_targets(project.path, files, healthy, scan),
-            *envvar_targets(healthy, scan)]
-
-
 def matches(preconditions: dict[str, Any], target: Target) -> bool:
     """Whether a target's attrs satisfy a type's preconditions (`context` is checked on render)."""
     attrs = target.attrs
@@ -644,7 +366,7 @@ class ProceduralInverter:
         self.seed = seed
         self.version_lookup = version_lookup
         self._versions: dict[str, list[str]] = {}
-        self._scans: dict[Path, CodeScan] = {}
+        self._facts: dict[Path, CodeFacts] = {}
         self.providers: dict[str, Callable[[Job], dict[str, Any] | None]] = {
             "bad_version": self._bad_version,
             "drop_key": self._drop_key,
@@ -760,17 +482,16 @@ class ProceduralInverter:
         bad = older_release(job.base["version"], self._versions[name])
         return {"bad_version": bad} if bad else None
 
-    def _scan(self, project: Project) -> CodeScan:
-        if project.path not in self._scans:
-            files = [f for f in project_files(project.path) if f.endswith(".py")]
-            self._scans[project.path] = scan_code(project.path, files)
-        return self._scans[project.path]
+    def _code_facts(self, project: Project) -> CodeFacts:
+        if project.path not in self._facts:
+            self._facts[project.path] = code_facts(project.path)
+        return self._facts[project.path]
 
     def _config_keys(self, job: Job, want: Callable[[Any], bool]) -> tuple[str, str, list] | None:
         fmt = job.target.attrs.get("format")
         text = base64.b64decode(job.base["original_b64"]).decode("utf-8")
         keys = [(p, v) for p, v in leaf_keys(fmt, parse_config(fmt, text)) if want(v)]
-        named = self._scan(job.project).strings
+        named = self._code_facts(job.project).strings
         preferred = [kv for kv in keys if kv[0][-1] in named]
         pool = preferred or keys
         job.rng.shuffle(pool)

@@ -157,6 +157,11 @@ class Backend(abc.ABC):
         """Results of the derived probes among `probes` on a sandbox."""
         return {}
 
+    def observe(self, healthy: Healthy) -> dict[str, Any] | None:
+        """What the backend sees beneath the project (the system inventory, a service's observed
+        behaviour), recorded in the healthy state; None when it sees nothing more."""
+        return None
+
     def backend_targets(self, healthy: Healthy) -> tuple[dict[str, Any] | None, list[Target]]:
         """The system inventory (for the graph) and the targets beneath the project (system, service)."""
         return None, []

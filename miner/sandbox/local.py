@@ -63,10 +63,15 @@ HOST_NETWORK_ENV = (  # host variables passed through only to commands that have
     "NO_PROXY",
 )
 SANDBOX_PATH = f"{VENV_DIR}/bin:/usr/local/bin:/usr/bin:/bin"
-# Where per-command pids cgroups can be made: cgroup v1's pids hierarchy, or the v2 root.
-PIDS_HIERARCHIES = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
-PIDS_PREFIX = "miner-"
-PIDS_STALE_AFTER = 300.0  # seconds after which an empty cgroup is taken as left behind
+# Where per-command cgroups can be made: cgroup v1's hierarchy of the controller, or the v2 root.
+CGROUP_HIERARCHIES = {
+    "pids": (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")),
+    "cpu": (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct"), Path("/sys/fs/cgroup")),
+}
+CONTROL_FILES = {"pids": ("pids.max",), "cpu": ("cpu.cfs_quota_us", "cpu.max")}
+CPU_PERIOD_US = 100_000
+CGROUP_PREFIX = "miner-"
+CGROUP_STALE_AFTER = 300.0  # seconds after which an empty cgroup is taken as left behind
 # How bwrap reports a host mount that vanished while it set up the sandbox (see _mount_race).
 MOUNT_RACE_PREFIX = "bwrap: Can't bind mount"
 MOUNT_RACE_RETRIES = 3
@@ -121,46 +126,60 @@ def _root_binds() -> list[str]:
     return args
 
 
-class PidsLimit:
-    """A pids cgroup for one command: the process limit that holds even for root.
+class CommandCgroups:
+    """Per-command cgroups: the process limit that holds even for root, and the CPU quota.
 
-    `ulimit -u` is not enforced for processes whose real uid is 0, so as root the limit is a
-    cgroup (one flat, short-lived child of the pids hierarchy per command). When no pids
-    hierarchy is writable, `ulimit -u` (effective for other users) is all there is.
+    `ulimit -u` is not enforced for processes whose real uid is 0, so as root the process limit
+    is a cgroup (one flat, short-lived child of the pids hierarchy per command); `Limits.cpus`
+    becomes a CFS quota in the cpu hierarchy (cgroup v1 `cpu.cfs_quota_us`, v2 `cpu.max`).
+    A controller whose hierarchy is not writable here is left out (for processes, `ulimit -u`
+    then is all there is, effective for other users).
     """
 
-    _base: Path | None | bool = False  # False: not probed yet
+    _bases: dict[str, Path | None] = {}  # controller -> usable hierarchy, probed once
 
-    def __init__(self, processes: int) -> None:
-        self.path: Path | None = None
-        base = self.base()
-        if base is None:
-            return
-        path = base / f"{PIDS_PREFIX}{uuid.uuid4().hex[:12]}"
+    def __init__(self, processes: int = 0, cpus: float = 0.0) -> None:
+        self.paths: list[Path] = []
+        wanted: dict[str, dict[str, str]] = {}
+        if processes > 0:
+            wanted["pids"] = {"pids.max": str(processes)}
+        if cpus > 0:
+            quota = str(max(1000, int(cpus * CPU_PERIOD_US)))
+            wanted["cpu"] = {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": quota,
+                             "cpu.max": f"{quota} {CPU_PERIOD_US}"}
+        for controller, settings in wanted.items():
+            base = self.base(controller)
+            if base is not None:
+                self._make(base, settings)
+
+    def _make(self, base: Path, settings: dict[str, str]) -> None:
+        path = base / f"{CGROUP_PREFIX}{uuid.uuid4().hex[:12]}"
         try:
             path.mkdir()
-            (path / "pids.max").write_text(str(processes))
-            self.path = path
+            for name, value in settings.items():
+                if (path / name).exists():
+                    (path / name).write_text(value)
+            self.paths.append(path)
         except OSError:
             self.release_path(path)
 
     @classmethod
-    def base(cls) -> Path | None:
-        if cls._base is False:
-            cls._base = None
-            for hierarchy in PIDS_HIERARCHIES:
-                probe = hierarchy / f"{PIDS_PREFIX}probe-{uuid.uuid4().hex[:8]}"
+    def base(cls, controller: str) -> Path | None:
+        if controller not in cls._bases:
+            cls._bases[controller] = None
+            for hierarchy in CGROUP_HIERARCHIES[controller]:
+                probe = hierarchy / f"{CGROUP_PREFIX}probe-{uuid.uuid4().hex[:8]}"
                 try:
                     probe.mkdir()
                 except OSError:
                     continue
-                usable = (probe / "pids.max").exists()
+                usable = any((probe / f).exists() for f in CONTROL_FILES[controller])
                 cls.release_path(probe)
                 if usable:
-                    cls._base = hierarchy
+                    cls._bases[controller] = hierarchy
                     cls.sweep(hierarchy)
                     break
-        return cls._base  # type: ignore[return-value]
+        return cls._bases[controller]
 
     @staticmethod
     def sweep(hierarchy: Path) -> None:
@@ -169,9 +188,9 @@ class PidsLimit:
         Only old ones: a cgroup another thread or process has just made is empty too until
         its command enters it, and removing it would make that command fail.
         """
-        for stale in hierarchy.glob(f"{PIDS_PREFIX}*"):
+        for stale in hierarchy.glob(f"{CGROUP_PREFIX}*"):
             try:
-                if time.time() - stale.stat().st_mtime < PIDS_STALE_AFTER:
+                if time.time() - stale.stat().st_mtime < CGROUP_STALE_AFTER:
                     continue
                 if not (stale / "cgroup.procs").read_text().strip():
                     stale.rmdir()
@@ -193,16 +212,16 @@ class PidsLimit:
                 time.sleep(0.05)
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """argv started inside the cgroup."""
-        if self.path is None:
+        """argv started inside the cgroups."""
+        if not self.paths:
             return argv
-        script = f'echo $$ > {shlex.quote(str(self.path / "cgroup.procs"))} && exec "$@"'
-        return ["sh", "-c", script, "sh", *argv]
+        joins = " && ".join(f"echo $$ > {shlex.quote(str(p / 'cgroup.procs'))}" for p in self.paths)
+        return ["sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
 
     def release(self) -> None:
-        if self.path is not None:
-            self.release_path(self.path, wait=2.0)
-            self.path = None
+        for path in self.paths:
+            self.release_path(path, wait=2.0)
+        self.paths = []
 
 
 def _overlay_options(lower: Path, upper: Path, work: Path, redirect: bool) -> str:
@@ -309,19 +328,20 @@ class Confinement:
         return self.workspace.wrap([*self.bwrap(network=False, interactive=True), "bash", "-c", script])
 
 
-def execute(argv: list[str], env: dict[str, str], command: str, timeout: float, processes: int = 0) -> RunResult:
-    """Run argv in its own process group (and pids cgroup, when processes > 0); on timeout kill it."""
-    pids = PidsLimit(processes) if processes > 0 else None
+def execute(argv: list[str], env: dict[str, str], command: str, timeout: float, processes: int = 0,
+            cpus: float = 0.0) -> RunResult:
+    """Run argv in its own process group (and cgroups: processes and CPU quota, when > 0); on
+    timeout kill it."""
+    groups = CommandCgroups(processes, cpus)
     try:
         for attempt in range(MOUNT_RACE_RETRIES + 1):
-            result = _execute(pids.wrap(argv) if pids else argv, env, command, timeout)
+            result = _execute(groups.wrap(argv), env, command, timeout)
             if not _mount_race(result.exit_code, result.output) or attempt == MOUNT_RACE_RETRIES:
                 return result
             time.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
     finally:
-        if pids is not None:
-            pids.release()
+        groups.release()
 
 
 def _mount_race(exit_code: int, output: str) -> bool:
@@ -384,7 +404,8 @@ class LocalSandbox(Sandbox):
             raise RuntimeError(f"sandbox {self.folder} is closed")
         limit = timeout if timeout is not None else self.confinement.limits.timeout
         argv = self.confinement.argv(command, network)
-        return execute(argv, self.confinement.env(network), command, limit, self.confinement.limits.processes)
+        limits = self.confinement.limits
+        return execute(argv, self.confinement.env(network), command, limit, limits.processes, limits.cpus)
 
     def _host_path(self, path: str) -> Path:
         rel = os.path.relpath(os.path.normpath(path), SANDBOX_ROOT)
@@ -441,11 +462,11 @@ class LocalSandbox(Sandbox):
         return str(self.folder)
 
     def shell(self) -> None:
-        pids = PidsLimit(self.confinement.limits.processes)
+        groups = CommandCgroups(self.confinement.limits.processes, self.confinement.limits.cpus)
         try:
-            subprocess.run(pids.wrap(self.confinement.shell_argv()), env=self.confinement.env(False), check=False)
+            subprocess.run(groups.wrap(self.confinement.shell_argv()), env=self.confinement.env(False), check=False)
         finally:
-            pids.release()
+            groups.release()
 
 
 class LocalBackend(Backend):
@@ -503,7 +524,7 @@ class LocalBackend(Backend):
         outputs: list[str] = []
         for label, command in steps:
             argv, env = confinement.argv(command, network=True), confinement.env(True)
-            result = execute(argv, env, command, spec.limits.timeout, spec.limits.processes)
+            result = execute(argv, env, command, spec.limits.timeout, spec.limits.processes, spec.limits.cpus)
             outputs.append(f"### {label}: {command}\n{result.output}")
             log.write_text("\n".join(outputs))
             if result.timed_out or result.exit_code != 0:
