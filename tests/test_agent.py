@@ -190,6 +190,8 @@ def test_malformed_replies_are_answered_with_the_error_not_dropped(world: dict) 
         say("Let me think about which file to break."),  # prose, no tool call
         say('{"tool": "list_tests", "arguments": {}}'),  # a JSON action from a model without tool calls
         submit(UNREADABLE, READABLE, "unreadable list", evidence=["a backup I made"]),  # evidence not a kind
+        submit(UNREADABLE, f"base64 -d > $MINER_PROJECT/{STOPWORDS} <<'EOF'\n{'QUJD' * 300}\nEOF\n",
+               "unreadable list"),  # a fix that carries the original instead of recovering it (rule 8)
     ]
     with ScriptedServer(script) as server:
         result = agent_for(world, server, steps=len(script) + 1).run(goal_of(world))
@@ -201,6 +203,7 @@ def test_malformed_replies_are_answered_with_the_error_not_dropped(world: dict) 
     assert answers[4].startswith("error: no tool call, and the reply is not valid JSON")
     assert answers[5].startswith("[list_tests result]\n") and "test_packaged_stopwords" in answers[5]
     assert answers[6].startswith("error: submit: evidence must be a non-empty list among reversible")
+    assert answers[7].startswith("error: submit: the fix carries 1201 bytes of literal data (at most 512)")
     assert not result.attempts and result.outcome == "http-400"  # then the script ran out
 
 
