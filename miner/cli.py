@@ -8,6 +8,8 @@ added as one more `@main.command()` function.
     miner [--store DIR] tasks show ID [--json]
     miner [--store DIR] stats [--json]
     miner inversions [--family F] [--json]
+    miner inversions learn TASK_ID --model NAME [--out DIR]
+    miner crawl [--inverter procedural|agent|both --model NAME ...]
     miner discover --pypi NAMES_FILE | --github QUERY [--out FILE] [--limit N] [--json]
     miner [--store DIR] gc [--dry-run] [--cache-limit-gb N] [--json]
     miner [--store DIR] graph SOURCE_OR_TASK [--format json|dot|svg] [-o FILE] [--budget N]
@@ -26,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 from rich.markup import escape
@@ -100,6 +102,36 @@ def open_store(ctx: click.Context, create: bool = False) -> Store:
         ) from None
 
 
+def model_options(command: Callable) -> Callable:
+    """The options of commands that call a model (crawl --inverter agent, inversions learn)."""
+    options = [
+        click.option("--model", envvar="MINER_MODEL", default=None, metavar="NAME",
+                     help="Model name; the server is $OPENAI_BASE_URL (key: $OPENAI_API_KEY)."),
+        click.option("--llm-timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+                     help="Seconds per model request."),
+        click.option("--llm-retries", type=click.IntRange(min=0), default=4, show_default=True,
+                     help="Retries (with backoff) on 429, 5xx and timeouts."),
+        click.option("--llm-concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+                     help="Model calls in flight at once."),
+        click.option("--json-mode", type=click.Choice(["off", "schema", "object"]), default="off", show_default=True,
+                     help="Structured replies: OpenAI json_schema, llama.cpp json_object+schema, or off."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def make_client(store: Any, model: str | None, seed: int, token_budget: int | None, **kw: Any) -> Any:
+    """The model client of a command, caching under the store; a one-line error without --model."""
+    from miner.llm import LLMClient, LLMSettings, TokenBudget
+
+    if not model:
+        raise click.ClickException("a model is needed: pass --model NAME (the server is $OPENAI_BASE_URL)")
+    settings = LLMSettings(model=model, timeout=kw["llm_timeout"], retries=kw["llm_retries"],
+                           concurrency=kw["llm_concurrency"], json_mode=kw["json_mode"], seed=seed)
+    return LLMClient(settings, cache_dir=store.cache_root / "llm", budget=TokenBudget(token_budget))
+
+
 def optional_store(ctx: click.Context) -> Store | None:
     """The store when --store or MINER_STORE names one (created if missing) or the default one
     exists; None otherwise, so that a read-only verb leaves no store behind as a side effect."""
@@ -156,6 +188,7 @@ def task_row(task: Task) -> dict[str, Any]:
         "f2p_count": len(task.f2p),
         "p2p_count": len(task.p2p),
         "summary": task.summary,
+        "model": task.model,
         "created": task.created,
     }
 
@@ -242,6 +275,8 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         ("difficulty", f"{task.difficulty} ({task.difficulty_score:.2f})"),
         ("graph depth", "" if task.graph_depth is None else str(task.graph_depth)),
         ("backend", task.backend),
+        ("made by", f"model {task.model}" if task.model else "procedural inverter (no model)"),
+        ("evidence", "; ".join(task.evidence)),
         ("test command", task.test_command),
         ("whole suite", "yes" if task.whole_suite else "no"),
         ("f2p", f"{len(task.f2p)}: " + ", ".join(task.f2p)),
@@ -295,6 +330,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     """Candidates tried, validated, rejected (by rule) and yield: total, per type, per project."""
     with open_store(ctx) as store:
         numbers = store.stats()
+        numbers["llm"] = store.llm_stats()
     if as_json:
         print_json(numbers)
         return
@@ -313,12 +349,43 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     print_table(console, by_rule)
     print_table(console, counts_table("per inversion type", "type", numbers["by_type"], extra=False))
     print_table(console, counts_table("per project", "repo", numbers["by_project"], extra=True))
+    if numbers["llm"]["calls"]:
+        print_llm_stats(console, numbers["llm"])
+
+
+def print_llm_stats(console: Any, llm: dict[str, Any]) -> None:
+    """Model calls: tokens in total, per project, per validated agent task; the agent's yield by round."""
+    per_task = llm["tokens_per_validated"]
+    total = Table(title="model calls (tokens spent; cache hits cost none)")
+    for name in ("calls", "cached", "prompt tokens", "completion tokens", "tokens", "agent tasks", "tokens / task"):
+        total.add_column(name, justify="right")
+    total.add_row(str(llm["calls"]), str(llm["cached_calls"]), str(llm["prompt_tokens"]),
+                  str(llm["completion_tokens"]), str(llm["tokens"]), str(llm["agent_validated"]),
+                  "-" if per_task is None else f"{per_task:.0f}")
+    print_table(console, total)
+    projects = Table(title="tokens per project")
+    for name in ("repo", "calls", "cached", "tokens", "agent tasks", "tokens / task"):
+        projects.add_column(name, justify="left" if name == "repo" else "right", overflow="fold")
+    for repo, b in llm["by_project"].items():
+        each = b["tokens_per_validated"]
+        projects.add_row(repo, str(b["calls"]), str(b["cached_calls"]), str(b["tokens"]), str(b["validated"]),
+                         "-" if each is None else f"{each:.0f}")
+    print_table(console, projects)
+    rounds = Table(title="agent yield by round (a submission counts at its first round)")
+    for name in ("round", "tried", "validated", "yield"):
+        rounds.add_column(name, justify="right")
+    for number, b in sorted(llm["by_round"].items(), key=lambda kv: int(kv[0])):
+        rounds.add_row(number, str(b["tried"]), str(b["validated"]), percent(b["yield"]))
+    print_table(console, rounds)
+    console.print("models: " + ", ".join(f"{m} ({b['calls']} calls, {b['tokens']} tokens)"
+                                         for m, b in llm["by_model"].items())
+                  + "; outcomes: " + ", ".join(f"{o} {n}" for o, n in llm["by_outcome"].items()))
 
 
 # -- inversions -------------------------------------------------------------------------------
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--family", metavar="F", help="Only this family (deps, config, data, fs, env, ...).")
 @click.option(
     "--catalogue-dir",
@@ -328,10 +395,13 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     help="Extra catalogue folder of inversion types (repeatable).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the types (with templates) as JSON.")
-def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) -> None:
-    """List the catalogue of inversion types."""
+@click.pass_context
+def inversions(ctx: click.Context, family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """List the catalogue of inversion types (`inversions learn` makes new ones from agent tasks)."""
     from miner.catalogue import load_catalogue  # lazy: keeps `miner --help` fast
 
+    if ctx.invoked_subcommand is not None:
+        return
     catalogue = load_catalogue(extra_dirs=extra_dirs)
     types = sorted(catalogue.values(), key=lambda t: t.id)
     if family:
@@ -356,6 +426,48 @@ def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) 
     print_table(make_console(), table)
 
 
+@inversions.command("learn")
+@click.argument("task_id")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("learned"), show_default=True,
+              help="Catalogue folder the learned type is written to (use it with crawl --catalogue-dir).")
+@click.option("--budget", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Candidates of the learned type tried on each other project of the store (0: none).")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Attempts the model gets to write a type that reproduces the task.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@model_options
+@click.pass_context
+def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, rounds: int, seed: int,
+                     model: str | None, **llm: Any) -> None:
+    """Generalise a validated agent task into a catalogue type, check it reproduces the task, mine it elsewhere."""
+    from miner.learn import LearnError, learn
+    from miner.sandbox.base import SandboxError
+
+    console = make_console()
+    with open_store(ctx) as store:
+        client = make_client(store, model, seed, None, **llm)
+        try:
+            report = learn(store, task_id, client, out, budget=budget, rounds=rounds, seed=seed,
+                           mine_others=budget > 0)
+        except (LearnError, StoreError, SandboxError) as exc:
+            raise click.ClickException(str(exc)) from None
+        store.record_llm_calls("", store.get_task(report.task_id).repo,
+                               [{**c.row(), "purpose": "learn", "goal": report.task_id} for c in report.calls])
+    for number, problem in enumerate(report.attempts, 1):
+        console.print(f"attempt {number}: " + ("[green]reproduces the task[/green]" if not problem else problem),
+                      markup=not problem, highlight=False)
+    if not report.reproduced:
+        raise click.ClickException(f"no learned type reproduced task {report.task_id} in {len(report.attempts)} "
+                                   f"attempt(s) ({report.tokens} tokens)")
+    console.print(f"wrote {report.path} ({report.type_id}, {report.tokens} tokens)")
+    table = Table(title=f"{report.type_id} mined procedurally on the other projects")
+    for column in ("project", "status", "tried", "validated", "reason"):
+        table.add_column(column, overflow="fold")
+    for p in report.others:
+        table.add_row(p.repo or p.source, p.status, str(p.tried), str(p.validated), p.reason)
+    console.print(table)
+
+
 @main.command()
 @click.option("--repos", "repos", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default="repos.txt", show_default=True, help="Sources, one a line.")
@@ -373,16 +485,31 @@ def inversions(family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) 
               help="Extra catalogue folder of inversion types, e.g. learned ones (repeatable).")
 @click.option("--min-free-gb", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Stop when the store's file system has less free space (checked before each project and candidate).")
+@click.option("--inverter", type=click.Choice(["procedural", "agent", "both"]), default="procedural",
+              show_default=True, help="Catalogue templates, the model agent, or both.")
+@model_options
+@click.option("--token-budget", type=click.IntRange(min=1), default=None, help="Model tokens for the whole crawl.")
+@click.option("--goal-tokens", type=click.IntRange(min=1), default=60_000, show_default=True,
+              help="Model tokens per agent goal.")
+@click.option("--agent-goals", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Agent goals per project.")
+@click.option("--agent-rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Submissions per goal (a rejection is explained and may be revised).")
+@click.option("--agent-steps", type=click.IntRange(min=1), default=12, show_default=True, help="Model calls per goal.")
+@click.option("--model-instructions", is_flag=True, help="Agent tasks get a model-written instruction (leak-checked).")
 @click.pass_context
 def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo: int | None,
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
-          catalogue_dirs: tuple[Path, ...], min_free_gb: float) -> None:
+          catalogue_dirs: tuple[Path, ...], inverter: str, model: str | None, token_budget: int | None,
+          goal_tokens: int, agent_goals: int, agent_rounds: int, agent_steps: int, model_instructions: bool,
+          min_free_gb: float, **llm: Any) -> None:
     """Mine repair tasks from every source of a repos file.
 
     On a terminal a live line per project; in a pipe one timestamped line per phase and per
     candidate result, as it happens. Then a summary table.
     """
     from miner.catalogue import load_catalogue, select_types
+    from miner.inverters.agent import AgentOptions, AgentSettings
     from miner.pipeline import CrawlOptions, crawl as run_crawl
     from miner.progress import crawl_progress, print_summary
     from miner.sources import parse_repos
@@ -395,9 +522,13 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
         raise click.ClickException(f"{repos}: no source to crawl (one a line: a git URL, a folder, pypi:NAME==VERSION)")
     console = make_console()
     store = open_store(ctx, create=True)
+    agent = None
+    if inverter != "procedural":
+        settings = AgentSettings(goals=agent_goals, rounds=agent_rounds, steps=agent_steps, goal_tokens=goal_tokens)
+        agent = AgentOptions(make_client(store, model, seed, token_budget, **llm), settings, model_instructions)
     options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,
-                           jobs=jobs, backend=backend, select=select, timeout=timeout,
-                           catalogue_dirs=catalogue_dirs, min_free_gb=min_free_gb)
+                           jobs=jobs, backend=backend, select=select, timeout=timeout, inverter=inverter,
+                           agent=agent, catalogue_dirs=catalogue_dirs, min_free_gb=min_free_gb)
     with crawl_progress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)

@@ -212,6 +212,7 @@ class Inversion(BaseModel):
     network_fix: bool = False
     predicted_f2p: list[str] | None = None
     graph_depth: int | None = None
+    evidence: list[str] = Field(default_factory=list)  # rule 8 kinds, then "note: ..." (agent submissions)
 
     def id_for(self, project: Project) -> str:
         return content_id(project.repo, project.commit, self.type_id, self.target.key, self.break_script)
@@ -276,3 +277,5 @@ class Task(BaseModel):
     suite_seconds: float = 0.0
     backend: str = "local"
     created: str = ""
+    model: str | None = None  # the model whose submission this is (None: procedural)
+    evidence: list[str] = Field(default_factory=list)  # as Inversion.evidence

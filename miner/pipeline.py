@@ -22,9 +22,11 @@ from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
 from miner.disk import LowDisk, check_free_space
 from miner.healthy import RAW_KINDS, SkipProject
+from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
 from miner.inverters.procedural import ProceduralInverter
 from miner.inverters.targets import enumerate_targets
-from miner.models import content_id, HealthyState, Inversion, InversionType, Project, Source, Target
+from miner.model_instruction import instruction_writer
+from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
 from miner.prepare import PinError, Prepared, prepare
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend, BuildError, SandboxError
@@ -50,6 +52,8 @@ class CrawlOptions:
     system: bool = True  # ask the backend for system and service targets (Docker only)
     catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (their types override built-in ones)
     min_free_gb: float = 5.0  # the crawl stops when the store's file system has less free (0: never)
+    inverter: str = "procedural"  # procedural | agent | both
+    agent: AgentOptions | None = None  # the model client and the agent's limits (agent, both)
 
 
 @dataclass
@@ -66,6 +70,7 @@ class ProjectReport:
     seconds: float = 0.0
     by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [tried, validated]
     stopped: bool = False  # skipped because the disk ran low: the crawl as a whole failed
+    tokens: int = 0  # model tokens spent by the agent (cache hits cost none)
 
 
 @dataclass
@@ -142,7 +147,8 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
     phase("choosing inversion points")
     extra_targets = backend.backend_targets(env)[1] if options.system and backend.capabilities.system else []
     graph = graphs.build_graph(project, state)
-    candidates = choose_candidates(project, state, types, options, graph, extra_targets)
+    procedural = options.inverter != "agent"
+    candidates = choose_candidates(project, state, types, options, graph, extra_targets) if procedural else []
     caps = backend.capabilities
     ctx = Context(backend, env, state, healthy_manifest(backend, env, caps.scan_roots, caps.scan_exclude),
                   timeout=timeout, extra=extra, scan_roots=caps.scan_roots, scan_exclude=caps.scan_exclude)
@@ -157,7 +163,52 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
         check_free_space(store.root, options.min_free_gb)
         name = f"candidate {number}/{total} {inversion.type_id} on {inversion.target.name}"
         phase(name)
-        phase(f"{name}: {_try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph)}")
+        phase(f"{name}: {_result(_try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph))}")
+    if options.inverter in ("agent", "both") and options.agent is not None:
+        _mine_with_agent(ctx, project, store, types, options, report, graph, extra_targets, phase)
+
+
+def _mine_with_agent(ctx: Context, project: Project, store: Store, types: list[InversionType], options: CrawlOptions,
+                     report: ProjectReport, graph: nx.DiGraph, extra_targets: list[Target],
+                     phase: Callable[[str], None]) -> None:
+    """The agent's candidates: one conversation per goal, each submission judged and stored like
+    a procedural candidate, every model call recorded against the candidate it led to."""
+    agent_options = options.agent
+    assert agent_options is not None
+    client, model = agent_options.client, agent_options.client.settings.model
+    instruct = None
+    if agent_options.instructions:
+        instruct = instruction_writer(client, lambda call: store.record_llm_calls(
+            project.key, project.repo, [{**call.row(), "purpose": "instruction"}]))
+    # Goals see the tasks no model made: a rerun (or a resumed crawl) with the same seed then asks
+    # the same questions, which the cache answers for free; the seed spreads the goals instead.
+    mined = [task for task in store.list_tasks(repo=project.repo) if task.model is None]
+    targets = enumerate_targets(project, ctx.state, extra_targets)
+    goals = make_goals(project, ctx.state, graph, targets, types, mined, agent_options.settings.goals, options.seed)
+
+    def judge(inversion: Inversion) -> Candidate:
+        verdict = store.candidate_verdict(inversion.id_for(project))
+        if verdict is not None:  # asked before (a resumed crawl): the stored verdict, not a new run
+            report.resumed += 1
+            return Candidate(id=inversion.id_for(project), repo=project.repo, commit=project.commit,
+                             inversion=inversion, **verdict)
+        return _try(ctx, project, store, inversion, agent_type(inversion), report, graph, model=model,
+                    instruct=instruct)
+
+    agent = Agent(client, ctx, project, graph, types, mined, agent_options.settings, judge=judge)
+    for number, goal in enumerate(goals, 1):
+        if options.max_tasks_per_repo is not None and report.validated >= options.max_tasks_per_repo:
+            break
+        if client.budget.exhausted:
+            phase("agent: crawl token budget spent")
+            break
+        check_free_space(store.root, options.min_free_gb)
+        phase(f"agent goal {number}/{len(goals)}: {goal.category} on {goal.target.name}")
+        result = agent.run(goal)
+        store.record_llm_calls(project.key, project.repo, [
+            {**turn.call.row(), "goal": goal.id, "round": turn.round,
+             "candidate_id": turn.candidate_id} for turn in result.turns])
+        report.tokens += result.tokens
 
 
 def _adaptive(candidates: list[Inversion], options: CrawlOptions,
@@ -208,22 +259,33 @@ def choose_candidates(project: Project, state: HealthyState, types: list[Inversi
 
 
 def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, itype: InversionType,
-         report: ProjectReport, graph: nx.DiGraph | None = None) -> str:
-    """Validate one candidate and store it (and its task); its result in a few words."""
+         report: ProjectReport, graph: nx.DiGraph | None = None, model: str | None = None,
+         instruct: Callable[[Task, Candidate, HealthyState], str] | None = None) -> Candidate | None:
+    """Validate and store one candidate (None when the store already holds it)."""
     cid = inversion.id_for(project)
     counts = report.by_type.setdefault(inversion.type_id, [0, 0])
     if store.has_candidate(cid):
         report.resumed += 1
-        return "already in the store"
+        return None
     candidate = validate(ctx, inversion, whole_suite_ok=itype.whole_suite)
     report.tried += 1
     counts[0] += 1
     report.suite_runs += candidate.suite_runs
     if candidate.status == "validated":
         task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, graph)
+        task.model, task.evidence = model, list(inversion.evidence)
+        if instruct is not None:
+            task.instruction = instruct(task, candidate, ctx.state)
         store.add_task(task, task_files(task, ctx.state, candidate))
         report.validated += 1
         counts[1] += 1
     store.record_candidate(project.key, candidate)
+    return candidate
+
+
+def _result(candidate: Candidate | None) -> str:
+    """A candidate's result in a few words, for the progress line."""
+    if candidate is None:
+        return "already in the store"
     return "validated" if candidate.status == "validated" else f"rejected ({candidate.rule})"
 

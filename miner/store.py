@@ -87,6 +87,24 @@ CREATE TABLE IF NOT EXISTS tasks (
     task_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tasks_type ON tasks (type_id);
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    project_key TEXT NOT NULL DEFAULT '',
+    repo TEXT NOT NULL DEFAULT '',
+    purpose TEXT NOT NULL DEFAULT 'agent',  -- agent | learn | instruction
+    goal TEXT NOT NULL DEFAULT '',
+    round INTEGER NOT NULL DEFAULT 0,
+    candidate_id TEXT,  -- the submission this call led to (NULL: none)
+    model TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,  -- 0 when answered from the cache
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    latency REAL NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT NOT NULL,
+    cached INTEGER NOT NULL DEFAULT 0,
+    created TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS llm_calls_candidate ON llm_calls (candidate_id);
 CREATE TABLE IF NOT EXISTS healthy_states (
     key TEXT PRIMARY KEY,  -- source, commit, backend, install spec, miner version (prepare.state_key)
     repo TEXT NOT NULL,
@@ -360,6 +378,15 @@ class Store:
         rows = self._query("SELECT rule FROM candidates WHERE id = ?", (candidate_id,))
         return (rows[0]["rule"] or "") if rows else None
 
+    def candidate_verdict(self, candidate_id: str) -> dict[str, Any] | None:
+        """status, rule, detail and f2p of a stored candidate; None if not stored."""
+        rows = self._query("SELECT status, rule, detail, f2p_json FROM candidates WHERE id = ?", (candidate_id,))
+        if not rows:
+            return None
+        row = rows[0]
+        return {"status": row["status"], "rule": row["rule"], "detail": row["detail"],
+                "f2p": json.loads(row["f2p_json"] or "[]")}
+
     def record_candidate(self, project_key: str, cand: Candidate) -> None:
         """Record a validated or rejected candidate; recording the same id again updates it."""
         inv = cand.inversion
@@ -488,6 +515,65 @@ class Store:
             sql += " WHERE " + " AND ".join(where)
         rows = self._query(sql + " ORDER BY created, id", tuple(params))
         return [Task.model_validate_json(row[0]) for row in rows]
+
+    # -- model calls ----------------------------------------------------------------------
+
+    def record_llm_calls(self, project_key: str, repo: str, calls: list[dict[str, Any]]) -> None:
+        """Append model calls: dicts with purpose, goal, round, candidate_id, model, prompt_tokens,
+        completion_tokens, latency, attempts, outcome, cached (a cache hit has 0 tokens)."""
+        columns = ("purpose", "goal", "round", "candidate_id", "model", "prompt_tokens", "completion_tokens",
+                   "latency", "attempts", "outcome", "cached")
+        defaults = {"purpose": "agent", "goal": "", "round": 0, "candidate_id": None, "prompt_tokens": 0,
+                    "completion_tokens": 0, "latency": 0.0, "attempts": 0, "cached": False}
+        rows = [(project_key, repo, *[{**defaults, **c}[k] for k in columns], _now()) for c in calls]
+        with self._write() as conn:
+            conn.executemany(
+                f"""INSERT INTO llm_calls (project_key, repo, {", ".join(columns)}, created)
+                    VALUES ({", ".join("?" * (len(columns) + 3))})""", rows)
+
+    def llm_stats(self) -> dict[str, Any]:
+        """Tokens spent (cache hits cost 0): in total, per project, per model, per validated agent
+        task; and the agent's yield by round (a candidate counts once, at its first round)."""
+        total = self._query(
+            """SELECT COUNT(*) AS calls, COALESCE(SUM(prompt_tokens), 0) AS prompt,
+                      COALESCE(SUM(completion_tokens), 0) AS completion, COALESCE(SUM(cached), 0) AS cached,
+                      COALESCE(SUM(latency), 0) AS latency FROM llm_calls""")[0]
+        validated = self._query(
+            """SELECT DISTINCT l.candidate_id, c.repo FROM llm_calls l JOIN candidates c ON c.id = l.candidate_id
+               WHERE c.status = 'validated' AND l.purpose = 'agent'""")
+        agent_tokens = self._query(
+            """SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM llm_calls
+               WHERE purpose = 'agent'""")[0][0]
+        by_project: dict[str, dict[str, Any]] = {}
+        for row in self._query(
+                """SELECT repo, COUNT(*) AS calls, SUM(prompt_tokens + completion_tokens) AS tokens,
+                          SUM(cached) AS cached FROM llm_calls GROUP BY repo ORDER BY repo"""):
+            tasks = sum(1 for v in validated if v["repo"] == row["repo"])
+            by_project[row["repo"]] = {"calls": row["calls"], "tokens": row["tokens"], "cached_calls": row["cached"],
+                                       "validated": tasks,
+                                       "tokens_per_validated": row["tokens"] / tasks if tasks else None}
+        by_model = {row["model"]: {"calls": row["calls"], "tokens": row["tokens"]} for row in self._query(
+            """SELECT model, COUNT(*) AS calls, SUM(prompt_tokens + completion_tokens) AS tokens
+               FROM llm_calls GROUP BY model ORDER BY model""")}
+        by_outcome = {row["outcome"]: row["n"] for row in self._query(
+            "SELECT outcome, COUNT(*) AS n FROM llm_calls GROUP BY outcome ORDER BY outcome")}
+        by_round: dict[str, dict[str, Any]] = {}
+        for row in self._query(
+                """SELECT first.round AS round, c.status AS status, COUNT(*) AS n
+                   FROM (SELECT candidate_id, MIN(round) AS round FROM llm_calls
+                         WHERE candidate_id IS NOT NULL AND purpose = 'agent' GROUP BY candidate_id) first
+                   JOIN candidates c ON c.id = first.candidate_id GROUP BY first.round, c.status"""):
+            bucket = by_round.setdefault(str(row["round"]), _counts())
+            _add_count(bucket, row["status"], None, row["n"])
+        for bucket in by_round.values():
+            bucket.pop("by_rule")
+        return {
+            "calls": total["calls"], "cached_calls": total["cached"], "prompt_tokens": total["prompt"],
+            "completion_tokens": total["completion"], "tokens": total["prompt"] + total["completion"],
+            "seconds": round(total["latency"], 3), "agent_validated": len(validated),
+            "tokens_per_validated": agent_tokens / len(validated) if validated else None,
+            "by_project": by_project, "by_model": by_model, "by_outcome": by_outcome, "by_round": by_round,
+        }
 
     # -- statistics -----------------------------------------------------------------------
 

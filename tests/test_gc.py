@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DOCKER_SKIP, FIXTURES, run_miner, write_repos
+from conftest import FIXTURES, run_miner, write_repos
 from miner.gc import GcReport, collect_images, read_needs
 from miner.models import content_id
 from miner.pipeline import CrawlOptions, crawl
@@ -47,7 +47,6 @@ def gc(store_root: Path, *args: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.docker
-@pytest.mark.skipif(DOCKER_SKIP is not None, reason=str(DOCKER_SKIP))
 def test_gc_images_keeps_what_tasks_need_and_other_stores_images(crawled: Path) -> None:
     import docker
 
