@@ -11,6 +11,7 @@ holds the fields of `miner.models.InversionType` except id and family:
     network: {break: false, fix: true}
     whole_suite: false
     weight: 1.0
+    evidence: [{kind: reversible|package-index|debian-archive|project-files|published-source, detail: template}]
     summary: one-line jinja2 template
     break_script: jinja2 template of a bash script
     fix_script: jinja2 template of a bash script (the oracle)
@@ -39,7 +40,7 @@ import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from miner.models import Inversion, InversionType, Target, TargetKind
+from miner.models import Evidence, Inversion, InversionType, Target, TargetKind
 
 PACKAGE = "miner.catalogue_data"
 REPO_DIR = Path(__file__).resolve().parent.parent / "inversions"
@@ -64,6 +65,7 @@ class TypeFile(BaseModel):
     backends: list[str] = ["local", "docker"]
     network: dict[str, bool] = {}
     whole_suite: bool = False
+    evidence: list[Evidence] = []  # rule 8: [{kind: package-index, detail: "{{ dist }}=={{ version }}"}]
     summary: str
     break_script: str
     fix_script: str
@@ -136,9 +138,10 @@ def load_type(type_id: str, text: str, origin: str) -> InversionType:
     family = type_id.split("/", 1)[0]
     if data.id not in (None, type_id) or data.family not in (None, family):
         raise CatalogueError(f"{origin}: id/family ({data.id}, {data.family}) disagree with the path ({type_id})")
-    for field in ("summary", "break_script", "fix_script"):
+    for field, text in [("summary", data.summary), ("break_script", data.break_script),
+                        ("fix_script", data.fix_script), *(("evidence", e.detail) for e in data.evidence)]:
         try:
-            ENV.parse(getattr(data, field))
+            ENV.parse(text)
         except jinja2.TemplateSyntaxError as exc:
             raise CatalogueError(f"{origin}: {field}: template syntax error line {exc.lineno}: {exc.message}") from exc
     fields = data.model_dump(exclude={"id", "family"})
@@ -183,9 +186,9 @@ def select_types(catalogue: dict[str, InversionType], spec: str | None) -> list[
     return sorted(chosen.values(), key=lambda t: t.id)
 
 
-def _render_one(itype: InversionType, field: str, variables: dict[str, Any]) -> str:
+def _render_one(itype: InversionType, field: str, variables: dict[str, Any], text: str | None = None) -> str:
     try:
-        return ENV.from_string(getattr(itype, field)).render(variables)
+        return ENV.from_string(getattr(itype, field) if text is None else text).render(variables)
     except jinja2.UndefinedError as exc:
         raise CatalogueError(f"{itype.id}: {field}: {exc.message} (missing context)") from exc
     except jinja2.TemplateError as exc:
@@ -207,4 +210,6 @@ def render(itype: InversionType, target: Target, context: dict[str, Any] | None 
         summary=summary,
         network_break=itype.network.get("break", False),
         network_fix=itype.network.get("fix", False),
+        evidence=[Evidence(kind=e.kind, detail=" ".join(_render_one(itype, "evidence", variables, e.detail).split()))
+                  for e in itype.evidence],
     )

@@ -276,7 +276,7 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         ("graph depth", "" if task.graph_depth is None else str(task.graph_depth)),
         ("backend", task.backend),
         ("made by", f"model {task.model}" if task.model else "procedural inverter (no model)"),
-        ("evidence", "; ".join(task.evidence)),
+        ("evidence", "; ".join(map(str, task.evidence))),
         ("test command", task.test_command),
         ("whole suite", "yes" if task.whole_suite else "no"),
         ("f2p", f"{len(task.f2p)}: " + ", ".join(task.f2p)),

@@ -138,7 +138,7 @@ def task_prompt(task: Task, project: Project, state: HealthyState) -> str:
         f"{VARIABLES.get(target.kind, '(none)')}.",
         f"This target: name {target.name!r}, path {target.path!r}, attrs {json.dumps(target.attrs, default=str)}.",
         f"Concrete summary: {task.summary}",
-        f"Evidence: {', '.join(task.evidence) or 'none recorded'}",
+        f"Evidence: {'; '.join(map(str, task.evidence)) or 'none recorded'}",
         "Concrete break script:", task.break_script.strip(),
         "Concrete fix script:", task.fix_script.strip(),
         *(["A catalogue type of the same kind, for the format:", example] if example else []),

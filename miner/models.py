@@ -169,6 +169,19 @@ class HealthyState(BaseModel):
         return sorted(k for k, v in self.outcomes.items() if v == "passed")
 
 
+EvidenceKind = Literal["reversible", "package-index", "debian-archive", "project-files", "published-source"]
+
+
+class Evidence(BaseModel):
+    """Where a competent person recovers the healthy state from (rule 8; see miner.evidence)."""
+
+    kind: EvidenceKind
+    detail: str = ""  # what and where: "six==1.17.0", "README.md states WEATHER_UNITS=metric"
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}" if self.detail else self.kind
+
+
 class InversionType(BaseModel):
     """One entry of the inversions/ catalogue: a kind of break, as data."""
 
@@ -180,6 +193,7 @@ class InversionType(BaseModel):
     backends: list[str] = Field(default_factory=lambda: ["local", "docker"])
     network: dict[str, bool] = Field(default_factory=dict)  # {"break": bool, "fix": bool}
     whole_suite: bool = False  # a break expected to kill the whole suite (its own label)
+    evidence: list[Evidence] = Field(default_factory=list)  # what its fixes recover from; details are templates
     summary: str  # jinja2 template of a one-line summary
     break_script: str  # jinja2 template
     fix_script: str  # jinja2 template
@@ -212,7 +226,7 @@ class Inversion(BaseModel):
     network_fix: bool = False
     predicted_f2p: list[str] | None = None
     graph_depth: int | None = None
-    evidence: list[str] = Field(default_factory=list)  # rule 8 kinds, then "note: ..." (agent submissions)
+    evidence: list[Evidence] = Field(default_factory=list)  # what the fix recovers from (rule 8)
 
     def id_for(self, project: Project) -> str:
         return content_id(project.repo, project.commit, self.type_id, self.target.key, self.break_script)
@@ -226,6 +240,10 @@ RejectRule = Literal[
     "fix-failed",  # rule 4
     "not-reproducible",  # rule 5
     "answer-leaked",  # rule 6
+    "test-tree-changed",  # rule 7: the tests (code, data, runner config) are the judge
+    "unrecoverable",  # rule 8: no evidence, or the fix carries a copy of the answer
+    "solver-view",  # the instruction's command does not show the symptom in a solver's shell
+    "duplicate-symptom",  # same family and F2P set as a task already stored for the project
     "unsupported",  # the backend cannot run this type
 ]
 
@@ -278,4 +296,4 @@ class Task(BaseModel):
     backend: str = "local"
     created: str = ""
     model: str | None = None  # the model whose submission this is (None: procedural)
-    evidence: list[str] = Field(default_factory=list)  # as Inversion.evidence
+    evidence: list[Evidence] = Field(default_factory=list)  # what a repair recovers from (rule 8)

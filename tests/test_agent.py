@@ -24,6 +24,7 @@ from miner.install import build_spec
 from miner.inverters.agent import SUBMIT, SYSTEM_PROMPT, Agent, AgentSettings, Goal, make_goals
 from miner.inverters.targets import enumerate_targets
 from miner.llm import LLMClient, LLMSettings, TokenBudget
+from miner.models import Evidence
 from miner.sandbox.base import Limits
 from miner.sandbox.local import LocalBackend
 from miner.sources import fetch, parse_source
@@ -125,7 +126,7 @@ def test_a_break_found_in_one_round_is_validated_like_any_candidate(world: dict)
     inversion = candidate.inversion
     assert inversion.type_id == "agent/stop-word-list-made-unreadable" and inversion.family == "data"
     assert inversion.target.key == goal_of(world).target.key
-    assert inversion.evidence == ["reversible", "note: the change is undone by the fix"]
+    assert inversion.evidence == [Evidence(kind="reversible", detail="the change is undone by the fix")]
     assert len(result.turns) == 2 and all(t.candidate_id == candidate.id for t in result.turns)
     assert result.tokens == sum(t.call.tokens for t in result.turns) > 0
     assert "tests/test_words.py::test_packaged_stopwords" in answers_to(server)[0]
@@ -407,7 +408,7 @@ def test_a_model_instruction_sees_only_the_symptom_and_a_leaky_one_falls_back_to
     fix = f'chmod 644 "$MINER_PROJECT/{STOPWORDS}"  # restore the mode'
     inversion = Inversion(type_id="agent/list-unreadable", family="data", target=target, break_script=UNREADABLE,
                           fix_script=fix, summary="stop word list made unreadable",
-                          evidence=["reversible", "note: the package ships it with mode 644"])
+                          evidence=[Evidence(kind="reversible", detail="the package ships it with mode 644")])
     failing = "tests/test_words.py::test_packaged_stopwords"
     candidate = Candidate(id="c1", repo="r", commit="c", inversion=inversion, status="validated", f2p=[failing],
                           p2p=["tests/test_words.py::test_tokenize_keeps_apostrophes"],

@@ -62,6 +62,12 @@ CASES: list[tuple[str, list[str], str, dict[str, str]]] = [
     ("export-nothing-stored", ["export", "--format", "jsonl", "-o", "{tmp}/out"], "no stored task matches", {}),
     ("check-empty-folder", ["check", "{emptydir}"], "no exported task in", {}),
     ("check-missing-folder", ["check", "{tmp}/missing"], "does not exist", {}),
+    ("discover-no-input", ["discover"], "give exactly one of --pypi NAMES_FILE or --github QUERY", {}),
+    ("discover-missing-names", ["discover", "--pypi", "{tmp}/missing.txt"], "cannot read the names file", {}),
+    ("gc-bad-limit", ["gc", "--cache-limit-gb", "-1"], "--cache-limit-gb", {}),
+    ("gc-no-store", ["--store", "{tmp}/no-store", "gc"], "no store at", {}),
+    ("inversions-learn-unknown-id", ["inversions", "learn", "NO_SUCH_ID", "--model", "m"],
+     "no task with id 'NO_SUCH_ID'", {}),
 ]
 
 

@@ -40,7 +40,7 @@ from miner import graph as graphs
 from miner.evidence import EVIDENCE_KINDS, MAX_FIX_LITERAL, literal_bytes, needs_network
 from miner.healthy import run_checks
 from miner.llm import BudgetExhausted, Call, LLMClient, LLMError, Reply, TokenBudget, ToolCall
-from miner.models import (PROJECT_DIR, SANDBOX_ROOT, Candidate, HealthyState, Inversion, InversionType, Project,
+from miner.models import (PROJECT_DIR, SANDBOX_ROOT, Candidate, Evidence, HealthyState, Inversion, InversionType, Project,
                           Target, Task, content_id)
 from miner.sandbox.base import Sandbox
 from miner.validate import Context, validate
@@ -467,7 +467,8 @@ def to_inversion(goal: Goal, args: dict[str, Any]) -> Inversion:
         summary=summary, network_break=bool(args.get("network_break")),
         network_fix=bool(args.get("network_fix")) or needs_network(evidence),
         predicted_f2p=goal.predicted or None, graph_depth=goal.depth,
-        evidence=[*dict.fromkeys(evidence), f"note: {' '.join(str(texts['evidence_note']).split())[:300]}"])
+        evidence=[Evidence(kind=kind, detail=" ".join(str(texts["evidence_note"]).split())[:300])
+                  for kind in dict.fromkeys(evidence)])
 
 
 def _script(text: str) -> str:
