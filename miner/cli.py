@@ -308,7 +308,7 @@ def counts_table(title: str, key_name: str, buckets: dict[str, dict[str, Any]], 
     table.add_column(key_name, overflow="fold")
     if extra:
         table.add_column("status")
-    for name in ("tried", "validated", "rejected", "yield"):
+    for name in ("tried", "validated", "rejected", "yield") + (("tasks", "distinct F2P sets") if extra else ()):
         table.add_column(name, justify="right")
     table.add_column("rejected by rule", overflow="fold")
     if extra:
@@ -316,6 +316,8 @@ def counts_table(title: str, key_name: str, buckets: dict[str, dict[str, Any]], 
     for key, b in sorted(buckets.items()):
         cells = [escape(key)] + ([b.get("status", "")] if extra else [])
         cells += [str(b["tried"]), str(b["validated"]), str(b["rejected"]), percent(b["yield"])]
+        if extra:
+            cells += [str(b.get("tasks", 0)), str(b.get("distinct_f2p", 0))]
         cells.append(rules_text(b["by_rule"]))
         if extra:
             cells.append(escape(b.get("reason", "")))
@@ -483,6 +485,8 @@ def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, r
 @click.option("--catalogue-dir", "catalogue_dirs", multiple=True,
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Extra catalogue folder of inversion types, e.g. learned ones (repeatable).")
+@click.option("--per-symptom", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Tasks kept per project with the same family and failing-test set (more are duplicate-symptom).")
 @click.option("--min-free-gb", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Stop when the store's file system has less free space (checked before each project and candidate).")
 @click.option("--inverter", type=click.Choice(["procedural", "agent", "both"]), default="procedural",
@@ -502,7 +506,7 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
           catalogue_dirs: tuple[Path, ...], inverter: str, model: str | None, token_budget: int | None,
           goal_tokens: int, agent_goals: int, agent_rounds: int, agent_steps: int, model_instructions: bool,
-          min_free_gb: float, **llm: Any) -> None:
+          per_symptom: int, min_free_gb: float, **llm: Any) -> None:
     """Mine repair tasks from every source of a repos file.
 
     On a terminal a live line per project; in a pipe one timestamped line per phase and per
@@ -528,7 +532,8 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
         agent = AgentOptions(make_client(store, model, seed, token_budget, **llm), settings, model_instructions)
     options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,
                            jobs=jobs, backend=backend, select=select, timeout=timeout, inverter=inverter,
-                           agent=agent, catalogue_dirs=catalogue_dirs, min_free_gb=min_free_gb)
+                           agent=agent, catalogue_dirs=catalogue_dirs, per_symptom=per_symptom,
+                           min_free_gb=min_free_gb)
     with crawl_progress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)

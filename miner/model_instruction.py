@@ -42,7 +42,7 @@ def leaks(text: str, task: Task) -> list[str]:
     markers = list(_leaky(task))
     markers += [line.strip() for line in task.break_script.splitlines()
                 if len(line.strip()) >= MIN_MARKER and not line.strip().startswith(("set -", "#"))]
-    markers += [e.removeprefix("note: ") for e in task.evidence if e.startswith("note: ")]
+    markers += [e.detail for e in task.evidence if e.detail]
     return [m for m in markers if m and m in text]
 
 

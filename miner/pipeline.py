@@ -51,6 +51,7 @@ class CrawlOptions:
     timeout: float = 600.0  # per test-suite run
     system: bool = True  # ask the backend for system and service targets (Docker only)
     catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (their types override built-in ones)
+    per_symptom: int = 1  # tasks kept per (family, F2P set) of a project (duplicate-symptom)
     min_free_gb: float = 5.0  # the crawl stops when the store's file system has less free (0: never)
     inverter: str = "procedural"  # procedural | agent | both
     agent: AgentOptions | None = None  # the model client and the agent's limits (agent, both)
@@ -151,7 +152,8 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
     candidates = choose_candidates(project, state, types, options, graph, extra_targets) if procedural else []
     caps = backend.capabilities
     ctx = Context(backend, env, state, healthy_manifest(backend, env, caps.scan_roots, caps.scan_exclude),
-                  timeout=timeout, extra=extra, scan_roots=caps.scan_roots, scan_exclude=caps.scan_exclude)
+                  timeout=timeout, extra=extra, scan_roots=caps.scan_roots, scan_exclude=caps.scan_exclude,
+                  symptoms=store.symptoms(project.repo, project.commit), per_symptom=options.per_symptom)
     by_id = {t.id: t for t in types}
     total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
     for number, inversion in enumerate(_adaptive(candidates, options, lambda inv: store.candidate_rule(
@@ -277,6 +279,8 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
         if instruct is not None:
             task.instruction = instruct(task, candidate, ctx.state)
         store.add_task(task, task_files(task, ctx.state, candidate))
+        symptom = (task.family, frozenset(task.f2p))
+        ctx.symptoms[symptom] = ctx.symptoms.get(symptom, 0) + 1
         report.validated += 1
         counts[1] += 1
     store.record_candidate(project.key, candidate)

@@ -577,6 +577,23 @@ class Store:
 
     # -- statistics -----------------------------------------------------------------------
 
+    def symptoms(self, repo: str, commit: str) -> dict[tuple[str, frozenset[str]], int]:
+        """How many stored tasks of one project share each (family, F2P set): the duplicate-symptom rule."""
+        found: dict[tuple[str, frozenset[str]], int] = {}
+        for row in self._query('SELECT family, task_json FROM tasks WHERE repo = ? AND "commit" = ?', (repo, commit)):
+            key = (row["family"], frozenset(json.loads(row["task_json"])["f2p"]))
+            found[key] = found.get(key, 0) + 1
+        return found
+
+    def _f2p_sets(self) -> dict[str, dict[frozenset[str], int]]:
+        """Per repo, its tasks' F2P sets with how many tasks have each."""
+        found: dict[str, dict[frozenset[str], int]] = {}
+        for row in self._query("SELECT repo, task_json FROM tasks"):
+            sets = found.setdefault(row["repo"], {})
+            key = frozenset(json.loads(row["task_json"])["f2p"])
+            sets[key] = sets.get(key, 0) + 1
+        return found
+
     def stats(self) -> dict[str, Any]:
         """Candidate counts and yield (validated / tried): overall, per type, per project.
 
@@ -599,6 +616,9 @@ class Store:
             _add_count(by_type.setdefault(row["type_id"], _counts()), status, rule, n)
             project = by_project.setdefault(row["repo"], {**_counts(), "status": "", "reason": ""})
             _add_count(project, status, rule, n)
+        for repo, sets in self._f2p_sets().items():
+            bucket = by_project.setdefault(repo, {**_counts(), "status": "", "reason": ""})
+            bucket["tasks"], bucket["distinct_f2p"] = sum(sets.values()), len(sets)
         counts = self._query("SELECT (SELECT COUNT(*) FROM tasks), (SELECT COUNT(*) FROM projects)")
         return {
             **total,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from miner.healthy import MINER_DIR, ExtraProbes, hash_tree, list_tree, passing, run_checks
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
@@ -37,6 +37,9 @@ class Context:
     extra: ExtraProbes | None = None
     scan_roots: tuple[str, ...] = (SANDBOX_ROOT,)  # the backend's Capabilities
     scan_exclude: tuple[str, ...] = (MINER_DIR,)
+    # Stored tasks of the project by (family, F2P set), and how many may share one (duplicate-symptom).
+    symptoms: dict[tuple[str, frozenset[str]], int] = field(default_factory=dict)
+    per_symptom: int = 1
 
 
 class Rejected(Exception):
@@ -145,6 +148,9 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
             raise Rejected("no-f2p", "every healthy-passing test still passes")
         if not p2p and len(run.healthy_pass) > 1 and not whole_suite_ok:
             raise Rejected("no-p2p", f"all {len(f2p)} healthy-passing tests fail: the break kills the whole suite")
+        if ctx.symptoms.get((inv.family, frozenset(f2p)), 0) >= ctx.per_symptom:
+            raise Rejected("duplicate-symptom", f"a stored {inv.family} task of this project already fails exactly "
+                                                f"these {len(f2p)} tests")
         run.no_leak(sandbox)
         run.apply(sandbox, "fix", inv.fix_script, inv.network_fix)
         fixed = run.check(sandbox)

@@ -10,6 +10,7 @@ is random. A correct break with a correct fix is validated, as the control.
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 import shlex
 from pathlib import Path
 
@@ -116,3 +117,20 @@ def test_a_break_with_a_random_effect_is_not_reproducible(ctx: Context) -> None:
     candidate = validate(ctx, inversion(pick, "sed -i '/PYTEST_ADDOPTS/d' \"$MINER_ENV_FILE\"", "env/wrong-var"))
     rejected(candidate, "not-reproducible")
     assert "different F2P set" in candidate.detail
+
+
+def test_a_second_break_with_the_same_family_and_f2p_is_a_duplicate_symptom(ctx: Context) -> None:
+    """Two breaks of one data file that fail the same tests are one problem: the second is refused
+    (before its fix runs), unless the crawl keeps more per symptom."""
+    corrupt = f'printf "sku,name\\n\\xff\\xfe" > "$MINER_PROJECT/{DATA}"'
+    first = validate(ctx, inversion(corrupt, restore_data(), "data/corrupt-bytes"))
+    assert first.status == "validated", first.detail
+    seen = {("data", frozenset(first.f2p)): 1}
+    again = f'printf "sku,name\\n\\xfe\\xff" > "$MINER_PROJECT/{DATA}"'  # the same damage, other bytes
+    second = validate(replace(ctx, symptoms=seen), inversion(again, restore_data(), "data/truncate"))
+    rejected(second, "duplicate-symptom")
+    assert "fix" not in second.logs  # decided before the fix ran
+    other_family = validate(replace(ctx, symptoms=seen), inversion(again, restore_data(), "fs/deleted"))
+    assert other_family.status == "validated", other_family.detail
+    kept = validate(replace(ctx, symptoms=seen, per_symptom=2), inversion(again, restore_data(), "data/truncate"))
+    assert kept.status == "validated", kept.detail
