@@ -363,8 +363,8 @@ def images() -> None:
 
 
 def _docker() -> Any:
-    from miner.images import docker_client
     from miner.sandbox.base import BackendUnavailable
+    from miner.sandbox.docker.images import docker_client
 
     try:
         return docker_client()
@@ -379,8 +379,8 @@ def _docker() -> Any:
 @click.option("--force", is_flag=True, help="Rebuild even when the image exists.")
 def images_bootstrap(tag: str, mirror: str | None, suite: str, force: bool) -> None:
     """Build a Debian base image with debootstrap (no container registry needed)."""
-    from miner.images import bootstrap_base, debian_mirror, find_image
     from miner.sandbox.base import SandboxError
+    from miner.sandbox.docker.images import bootstrap_base, debian_mirror, find_image
 
     client = _docker()
     if find_image(client, tag) and not force:
@@ -401,7 +401,7 @@ def images_list(as_json: bool) -> None:
     """miner's images with their kind (base, project, healthy, broken) and size."""
     from dataclasses import asdict
 
-    from miner.images import list_images
+    from miner.sandbox.docker.images import list_images
 
     found = list_images(_docker())
     if as_json:
@@ -420,7 +420,7 @@ def images_list(as_json: bool) -> None:
 @click.option("--base", is_flag=True, help="Also remove base images made by `miner images bootstrap`.")
 def images_prune(healthy: bool, base: bool) -> None:
     """Remove miner's leftover containers, broken and dangling images (more on request)."""
-    from miner.images import prune
+    from miner.sandbox.docker.images import prune
 
     report = prune(_docker(), healthy=healthy, base=base)
     click.echo(f"removed {len(report.containers)} containers, {len(report.images)} images, "

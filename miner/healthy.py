@@ -13,7 +13,7 @@ import json
 import shlex
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from miner.models import (
     PROJECT_DIR,
@@ -23,7 +23,6 @@ from miner.models import (
     Probe,
     Project,
     SuiteRun,
-    Target,
     TestResult,
 )
 from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox
@@ -131,8 +130,10 @@ def run_checks(sandbox: Sandbox, command: str, probes: list[Probe], tests: list[
     return suite
 
 
-def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None) -> dict[str, str]:
-    """sha256 of every regular file under roots (or of the given paths), computed inside the sandbox.
+def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None,
+              exclude: Iterable[str] = ()) -> dict[str, str]:
+    """sha256 of every regular file under roots (or of the given paths), computed inside the sandbox;
+    `exclude` are paths (shell patterns) never entered.
 
     Uses coreutils, not the venv's interpreter, so it works however broken the environment is.
     """
@@ -142,7 +143,10 @@ def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None
         listing = " ".join(shlex.quote(p) for p in paths)
         command = f"sha256sum -- {listing} 2>/dev/null; true"
     else:
-        command = f"find {' '.join(map(shlex.quote, roots))} -xdev -type f -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true"
+        pruned = " -o ".join(f"-path {shlex.quote(p)}" for p in exclude)
+        prune = f"\\( {pruned} \\) -prune -o " if pruned else ""
+        command = (f"find {' '.join(map(shlex.quote, roots))} -xdev {prune}-type f -print0 2>/dev/null "
+                   "| xargs -0 -r sha256sum 2>/dev/null; true")
     result = sandbox.run(command, timeout=300)
     hashes = {}
     for line in result.output.splitlines():
@@ -223,16 +227,16 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
 
 
 def measure_project(backend: Backend, env: Healthy, project: Project, spec: BuildSpec, timeout: float,
-                    system: bool = True) -> tuple[HealthyState, list[Target]]:
+                    system: bool = True) -> tuple[HealthyState, dict | None]:
     """record_healthy plus what the backend sees beyond the project: probes derived from a
-    container (its CMD, HEALTHCHECK, ports), the system inventory, and the system and service
-    targets (with `system`). The local backend adds nothing."""
+    container (its CMD, HEALTHCHECK, ports) and, with `system`, the backend's observation of
+    what lies beneath the project (Backend.observe), kept as state.system and returned beside
+    the state. The local backend adds nothing."""
     extra_probes = backend.derived_probes(env)
     state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout,
                            extra_probes=extra_probes, extra=backend.run_derived_probes if extra_probes else None)
-    inventory, targets = backend.backend_targets(env) if system else (None, [])
-    state.system = inventory
-    return state, targets
+    state.system = backend.observe(env) if system and backend.capabilities.system else None
+    return state, state.system
 
 
 def _expected_probes(probes: list[Probe], raws: list[dict[str, dict]]) -> list[Probe]:

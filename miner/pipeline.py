@@ -25,7 +25,9 @@ from miner.catalogue import load_catalogue, select_types
 from miner.healthy import RAW_KINDS, SkipProject, measure_project
 from miner.install import build_spec
 from miner.inverters.procedural import ProceduralInverter, enumerate_targets
+from miner.inverters.system import targets_beneath
 from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
+from miner.projectfiles import test_file_of
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend, BuildError, SandboxError
 from miner.sources import FetchError, fetch, parse_repos
@@ -46,7 +48,7 @@ class CrawlOptions:
     backend: str = "local"
     select: str = "graph"  # graph | random
     timeout: float = 600.0  # per test-suite run
-    system: bool = True  # ask the backend for system and service targets (Docker only)
+    system: bool = True  # ask the backend what lies beneath the project: system and service targets (Docker)
 
 
 @dataclass
@@ -126,7 +128,9 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
     env = backend.build(project, spec, store.root / "work" / project.key)
     phase("recording healthy state")
     timeout = float(project.source.overrides.get("timeout", options.timeout))
-    state, extra_targets = measure_project(backend, env, project, spec, timeout, system=options.system)
+    state, observation = measure_project(backend, env, project, spec, timeout, system=options.system)
+    test_files = {f for f in map(test_file_of, state.outcomes) if f}
+    extra_targets = targets_beneath(observation, project.path, test_files)
     extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
     report.suite_seconds = state.suite_seconds
     store.record_project(project.key, project.repo, project.commit, project.source.raw, project.source.origin,
@@ -134,8 +138,7 @@ def _mine_project(project: Project, store: Store, backend: Backend, types: list[
     phase("choosing inversion points")
     graph = graphs.build_graph(project, state)
     candidates = choose_candidates(project, state, types, options, graph, extra_targets)
-    ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
-                  scan_roots=getattr(backend, "scan_roots", ("/sandbox",)))
+    ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra)
     by_id = {t.id: t for t in types}
     total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
     for number, inversion in enumerate(_adaptive(candidates, options, lambda inv: store.candidate_rule(

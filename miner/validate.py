@@ -4,7 +4,9 @@ Rules, cheapest first: (1) the break runs inside a fresh copy within its limit; 
 code and test files stay byte-identical; (2) F2P non-empty, and P2P non-empty when the healthy
 suite has several passing tests (unless the type is labelled whole-suite); (6) no copy of what
 the break changed is left anywhere in the sandbox; (4) the fix brings every healthy-passing test
-back; (5) the break replayed on another fresh copy gives the same F2P set.
+back; (5) the break replayed on another fresh copy gives the same F2P set. Rule 6 scans what
+the backend declares a break may touch (Capabilities.scan_roots: the sandbox folder locally, the
+whole container file system on Docker).
 When the dependency graph predicted the blast radius, the predicted tests run first and a
 candidate none of them notices stops early (stored F2P/P2P always come from full runs).
 """
@@ -16,8 +18,8 @@ import time
 from dataclasses import dataclass
 
 from miner.healthy import MINER_DIR, ExtraProbes, hash_tree, passing, run_checks
-from miner.models import PROJECT_DIR, SANDBOX_ROOT, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
-from miner.sandbox.base import Backend, Healthy, Sandbox
+from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
+from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
 
 SCRIPT_TIMEOUT = 300.0
 DIST_INFO = re.compile(r"^(.*/[^/-]+)-[^/]+\.dist-info/")
@@ -33,7 +35,6 @@ class Context:
     manifest: dict[str, str]  # sandbox path -> sha256 of every file of the healthy sandbox
     timeout: float = 600.0
     extra: ExtraProbes | None = None
-    scan_roots: tuple[str, ...] = (SANDBOX_ROOT,)
 
 
 class Rejected(Exception):
@@ -42,10 +43,16 @@ class Rejected(Exception):
         self.rule, self.detail = rule, detail
 
 
-def healthy_manifest(backend: Backend, env: Healthy, roots: tuple[str, ...] = (SANDBOX_ROOT,)) -> dict[str, str]:
-    """Hashes of every file of a fresh healthy copy, for the answer-leak rule."""
+def scan(sandbox: Sandbox, capabilities: Capabilities) -> dict[str, str]:
+    """Hashes of every file a break may touch: under the backend's scan roots, but its excludes."""
+    hashes = hash_tree(sandbox, list(capabilities.scan_roots), exclude=capabilities.scan_exclude)
+    return {p: h for p, h in hashes.items() if not p.startswith(MINER_DIR)}
+
+
+def healthy_manifest(backend: Backend, env: Healthy) -> dict[str, str]:
+    """Hashes of every file of a fresh healthy copy that a break may touch, for the answer-leak rule."""
     with backend.fork(env) as sandbox:
-        return {p: h for p, h in hash_tree(sandbox, list(roots)).items() if not p.startswith(MINER_DIR)}
+        return scan(sandbox, backend.capabilities)
 
 
 class Run:
@@ -89,7 +96,7 @@ class Run:
     def no_leak(self, sandbox: Sandbox) -> None:
         """Rule 6: no file of the broken state holds the original bytes of a changed/removed file."""
         before = self.ctx.manifest
-        after = {p: h for p, h in hash_tree(sandbox, list(self.ctx.scan_roots)).items() if not p.startswith(MINER_DIR)}
+        after = scan(sandbox, self.ctx.backend.capabilities)
         counts: dict[str, int] = {}
         for digest in before.values():
             counts[digest] = counts.get(digest, 0) + 1

@@ -145,7 +145,7 @@ def summary_rows(output: str) -> dict[str, dict[str, str]]:
 
 def docker_reason() -> str | None:
     """Why Docker tests cannot run here (no engine, no base image), or None."""
-    from miner import images
+    from miner.sandbox.docker import images
     from miner.sandbox.base import BackendUnavailable
 
     try:

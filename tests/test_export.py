@@ -24,17 +24,13 @@ import yaml
 from click.testing import CliRunner
 from conftest import DOCKER_SKIP
 
-from miner import images
 from miner.check import Checker, read_config, read_file
 from miner.cli import main
 from miner.export import ExportOptions, ExportSummary, export_tasks, select_tasks
-from miner.export.common import (
-    ExportError,
-    constraints,
-    project_tarball,
-    pytest_args,
-)
+from miner.export.archive import project_tarball
+from miner.export.common import ExportError, constraints, pytest_args
 from miner.models import HealthyState, Task
+from miner.sandbox.docker import images
 from miner.store import Store
 from miner.testing import parse_junit
 
