@@ -143,10 +143,7 @@ def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None
         listing = " ".join(shlex.quote(p) for p in paths)
         command = f"sha256sum -- {listing} 2>/dev/null; true"
     else:
-        pruned = " -o ".join(f"-path {shlex.quote(p)}" for p in exclude)
-        prune = f"\\( {pruned} \\) -prune -o " if pruned else ""
-        command = (f"find {' '.join(map(shlex.quote, roots))} -xdev {prune}-type f -print0 2>/dev/null "
-                   "| xargs -0 -r sha256sum 2>/dev/null; true")
+        command = f"{_find(roots, exclude)} -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true"
     result = sandbox.run(command, timeout=300)
     hashes = {}
     for line in result.output.splitlines():
@@ -154,6 +151,32 @@ def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None
         if len(digest) == 64 and name:
             hashes[name] = digest
     return hashes
+
+
+def _find(roots: Iterable[str], exclude: Iterable[str]) -> str:
+    pruned = " -o ".join(f"-path {shlex.quote(p)}" for p in exclude)
+    prune = f"\\( {pruned} \\) -prune -o " if pruned else ""
+    return f"find {' '.join(map(shlex.quote, roots))} -xdev {prune}-type f"
+
+
+def changed_since(sandbox: Sandbox, marker: str, roots: list[str],
+                  exclude: Iterable[str] = ()) -> tuple[set[str], dict[str, str]]:
+    """(every regular file under roots, sha256 of those whose status changed after `marker` was
+    written): what a later step did, without hashing what it left alone. A file created, changed,
+    moved or linked has a new ctime, which no script can set back."""
+    find = _find(roots, exclude)
+    command = (f"{find} -print 2>/dev/null; echo {_HASHES}; "
+               f"{find} -cnewer {shlex.quote(marker)} -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true")
+    listing, _, hashed = sandbox.run(command, timeout=300).output.partition(f"{_HASHES}\n")
+    hashes = {}
+    for line in hashed.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) == 64 and name:
+            hashes[name] = digest
+    return set(listing.splitlines()), hashes
+
+
+_HASHES = "::miner-hashes::"
 
 
 def project_manifest(root: Path) -> tuple[dict[str, str], list[str]]:

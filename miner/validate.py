@@ -17,11 +17,12 @@ import re
 import time
 from dataclasses import dataclass
 
-from miner.healthy import MINER_DIR, ExtraProbes, hash_tree, passing, run_checks
+from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
 from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
 from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
 
 SCRIPT_TIMEOUT = 300.0
+FORKED = f"{MINER_DIR}/forked"  # written before the break: what changed after it is the break's doing
 DIST_INFO = re.compile(r"^(.*/[^/-]+)-[^/]+\.dist-info/")
 
 
@@ -94,14 +95,19 @@ class Run:
             raise Rejected("protected-changed", f"protected files changed: {', '.join(changed[:5])}")
 
     def no_leak(self, sandbox: Sandbox) -> None:
-        """Rule 6: no file of the broken state holds the original bytes of a changed/removed file."""
+        """Rule 6: no file of the broken state holds the original bytes of a changed/removed file.
+
+        Only files changed since the fork are hashed (the others hold what they held healthy);
+        which of the healthy files are gone comes from the listing of every file."""
         before = self.ctx.manifest
-        after = scan(sandbox, self.ctx.backend.capabilities)
+        caps = self.ctx.backend.capabilities
+        present, after = changed_since(sandbox, FORKED, list(caps.scan_roots), caps.scan_exclude)
+        after = {p: h for p, h in after.items() if not p.startswith(MINER_DIR)}
         counts: dict[str, int] = {}
         for digest in before.values():
             counts[digest] = counts.get(digest, 0) + 1
         # only contents unique in the healthy state: empty or boilerplate files repeat innocently
-        lost = {h: p for p, h in before.items() if after.get(p) != h and counts[h] == 1}
+        lost = {h: p for p, h in before.items() if (p not in present or after.get(p, h) != h) and counts[h] == 1}
         leaks = [f"{path} holds the original of {lost[h]}" for path, h in after.items()
                  if h in lost and before.get(path) != h and _unversioned(path) != _unversioned(lost[h])]
         if leaks:
@@ -132,6 +138,7 @@ def validate(ctx: Context, inversion: Inversion, whole_suite_ok: bool = False) -
 def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
     ctx = run.ctx
     with ctx.backend.fork(ctx.env) as sandbox:
+        sandbox.put(FORKED, b"")
         run.apply(sandbox, "break", inv.break_script, inv.network_break)
         run.protected_unchanged(sandbox)
         _early_stop(run, sandbox, inv)
