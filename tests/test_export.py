@@ -382,10 +382,15 @@ def test_cli_export_filters_progress_summary_and_rerun(mined_store: Path, tmp_pa
 
 def test_a_task_that_cannot_be_exported_is_reported(mined_store: Path, tmp_path: Path) -> None:
     """A task whose test command is not plain pytest fails alone, with the reason; the CLI exits non-zero."""
+    from miner.models import content_id
+
     with Store(mined_store, create=False) as opened:
         task = opened.list_tasks()[0]
+        key = content_id(task.repo, task.commit, task.source.overrides)
+        state = opened.healthy(key)
     odd = task.model_copy(update={"id": "0" * 16, "test_command": "make check"})
     with Store(tmp_path / "store") as other:
+        other.record_project(key, odd.repo, odd.commit, odd.source.raw, odd.source.origin, "mined", healthy=state)
         other.add_task(odd, {"break.sh": odd.break_script, "fix.sh": odd.fix_script})
         summary = export_tasks(other, [odd], "jsonl", tmp_path / "out", ExportOptions(cache_dir=tmp_path / "c"))
         assert summary.outcomes[0].status == "written"  # jsonl needs no verifier

@@ -24,7 +24,7 @@ from miner.store import Store
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker: {DOCKER_SKIP}")]
 
 DOCKERIZED = ("docker-cli", "docker-service")
-BUDGET = "14"  # per project: enough for every family to get a turn (families are interleaved)
+BUDGET = "18"  # per project: enough for every family to get a turn (families are interleaved)
 
 
 @pytest.fixture(scope="module")

@@ -34,9 +34,13 @@ from miner.sandbox.docker.probes import docker_probes, run_docker_probes
 log = logging.getLogger(__name__)
 
 RECIPE_VERSION = "5"  # bump when the layout changes, to stop reusing images built by an older one
+# The package manager's journal: dpkg and debconf keep the previous database next to the new one
+# on every change (a package's status, never its files), so they are no copy of an answer.
+PACKAGE_JOURNAL = tuple(f"/var/lib/dpkg/{name}-old" for name in ("status", "available", "diversions", "statoverride")) \
+    + tuple(f"/var/cache/debconf/{name}.dat-old" for name in ("config", "templates", "passwords"))
 CAPABILITIES = Capabilities(
     scan_roots=("/",),  # the whole container: the system family edits /usr, /etc, the interpreter
-    scan_exclude=("/proc", "/sys", "/dev", "/sandbox/.miner", "/tmp/.miner-*"),
+    scan_exclude=("/proc", "/sys", "/dev", "/sandbox/.miner", "/tmp/.miner-*", *PACKAGE_JOURNAL),
     network_cut=True,
     cow_forks=True,  # containers are image layers plus a thin writable one
     system=True,
