@@ -153,6 +153,9 @@ def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None
     return hashes
 
 
+_HASHES = "::miner-hashes::"  # separates the listing from the hashes in changed_since's output
+
+
 def _find(roots: Iterable[str], exclude: Iterable[str]) -> str:
     pruned = " -o ".join(f"-path {shlex.quote(p)}" for p in exclude)
     prune = f"\\( {pruned} \\) -prune -o " if pruned else ""
@@ -174,9 +177,6 @@ def changed_since(sandbox: Sandbox, marker: str, roots: list[str],
         if len(digest) == 64 and name:
             hashes[name] = digest
     return set(listing.splitlines()), hashes
-
-
-_HASHES = "::miner-hashes::"
 
 
 def project_manifest(root: Path) -> tuple[dict[str, str], list[str]]:

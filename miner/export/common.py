@@ -49,7 +49,7 @@ from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, HealthyState, Project,
 from miner.sandbox.base import BuildSpec
 from miner.sandbox.docker import images, layout
 
-DEFAULT_BASE_IMAGE = "miner/base:bookworm"
+DEFAULT_BASE_IMAGE = images.BOOTSTRAP_TAG  # the image `miner images bootstrap` builds
 DEFAULT_ORG = "miner"
 CATEGORY = "environment-repair"
 BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: build isolation needs new ones

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from miner.inverters.procedural import wrong_value
 from miner.models import Target
 from miner.projectfiles import may_be_target, project_files
 
@@ -112,16 +113,6 @@ def _system_files(observation: dict[str, Any], archive: bool) -> list[Target]:
     return targets
 
 
-def _typo(value: str) -> str:
-    """A plausible wrong value: two middle characters swapped (or a suffix when that changes nothing)."""
-    if len(value) >= 4:
-        mid = len(value) // 2
-        swapped = value[: mid - 1] + value[mid] + value[mid - 1] + value[mid + 1:]
-        if swapped != value:
-            return swapped
-    return value + "x"
-
-
 def stated_in(root: Path, key: str, value: str, exclude: str) -> list[str]:
     """Project files (but `exclude`) with a line naming both `key` and `value`: where the project
     states the value (a README, an example config, a default in the code)."""
@@ -145,7 +136,7 @@ def _config_target(entry: dict[str, Any], ports: set[str], root: Path) -> Target
     if value in ports:
         role, new, where = "port", str(int(value) + 1), ["the image's EXPOSE"]
     elif entry.get("answered") and len(value) >= 3 and not value.isdigit():
-        role, new, where = "value", _typo(value), stated_in(root, key, value, rel)
+        role, new, where = "value", wrong_value(value), stated_in(root, key, value, rel)
         if not where:
             return None  # nothing but the config file itself holds the value: unrecoverable
     else:

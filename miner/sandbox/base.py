@@ -59,8 +59,8 @@ class Capabilities:
 
     scan_roots    the roots a break may touch: the answer-leak rule (6) looks for copies of what
                   a break changed under all of them
-    scan_exclude  paths under those roots that are never scanned (pseudo-filesystems, miner's own
-                  scratch folder)
+    scan_exclude  paths (shell patterns) under those roots that are never scanned: pseudo-filesystems,
+                  miner's own scratch files, journals that are no copy of an answer
     network_cut   commands run with no network unless a step asks for it
     cow_forks     forks are copy-on-write (cheap) rather than full copies
     system        the backend sees and may break what lies beneath the project (shared libraries,
