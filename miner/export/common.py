@@ -232,7 +232,7 @@ def asset(name: str) -> bytes:
 
 
 COLLECT = (
-    "source /sandbox/env.sh >/dev/null 2>&1; cd /sandbox/project; "
+    f"source {ENV_FILE} >/dev/null 2>&1; cd {PROJECT_DIR}; "
     "for py in /usr/bin/python3 /usr/local/bin/python3; do "
     '[ -x "$py" ] && exec "$py" -I -S /tmp/miner-verifier.py --collect; done; '
     "echo 'no system python3 in the image' >&2; exit 3"
