@@ -133,7 +133,7 @@ class Checker:
     """Builds task images and runs the nop and oracle scenarios in fresh containers."""
 
     def __init__(self, client=None, keep_images: bool = False) -> None:  # noqa: ANN001
-        from miner.images import docker_client
+        from miner.sandbox.docker.images import docker_client
 
         self.client = client or docker_client()
         self.keep_images = keep_images
@@ -141,7 +141,7 @@ class Checker:
     def build(self, task_dir: Path, timeout: float) -> str:
         import docker.errors
 
-        from miner.images import labels
+        from miner.sandbox.docker.images import labels
 
         context = task_dir / "environment"
         tag = f"miner/check:{content_id(str(task_dir.resolve()), length=12)}"
@@ -157,7 +157,7 @@ class Checker:
 
     def start(self, image: str, task_dir: Path):  # noqa: ANN201 - a docker Container
         """A fresh container of the task's image, kept alive and confined as Harbor runs it."""
-        from miner.images import labels
+        from miner.sandbox.docker.images import labels
 
         container = self.client.containers.run(image, ["sh", "-c", "sleep infinity"], detach=True,
                                                labels=labels("fork", purpose="check"), **container_options(task_dir))

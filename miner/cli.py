@@ -650,8 +650,10 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
 
     from miner.graph import GraphvizMissing, build_graph, depth, predict, select_targets, write_graph
     from miner.healthy import SkipProject
+    from miner.inverters.system import targets_beneath
     from miner.inverters.targets import enumerate_targets
     from miner.prepare import prepare
+    from miner.projectfiles import test_file_of
     from miner.sandbox import get_backend
     from miner.sandbox.base import SandboxError
     from miner.sources import FetchError, parse_source
@@ -679,7 +681,9 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
                 radius = predict(dependencies, task.target) & passing
                 chosen = [(task.target, radius, depth(dependencies, task.target, task.f2p) or 0)]
             else:
-                targets = enumerate_targets(project, healthy)
+                tests = {f for f in map(test_file_of, healthy.outcomes) if f}
+                beneath = targets_beneath(healthy.system, project.path, tests)  # a container's system, services
+                targets = enumerate_targets(project, healthy, beneath)
                 chosen = select_targets(dependencies, healthy, targets, budget, seed)
             default = Path.cwd() / f"{task.id[:12] if task else source.name}.graph.{fmt}"
             path = Path(scratch, f"graph.{fmt}") if to_stdout else (output or default)
@@ -705,8 +709,8 @@ def images() -> None:
 
 
 def _docker() -> Any:
-    from miner.images import docker_client
     from miner.sandbox.base import BackendUnavailable
+    from miner.sandbox.docker.images import docker_client
 
     try:
         return docker_client()
@@ -721,8 +725,8 @@ def _docker() -> Any:
 @click.option("--force", is_flag=True, help="Rebuild even when the image exists.")
 def images_bootstrap(tag: str, mirror: str | None, suite: str, force: bool) -> None:
     """Build a Debian base image with debootstrap (no container registry needed)."""
-    from miner.images import bootstrap_base, debian_mirror, find_image
     from miner.sandbox.base import SandboxError
+    from miner.sandbox.docker.images import bootstrap_base, debian_mirror, find_image
 
     client = _docker()
     if find_image(client, tag) and not force:
@@ -743,7 +747,7 @@ def images_list(as_json: bool) -> None:
     """miner's images with their kind (base, project, healthy, broken) and size."""
     from dataclasses import asdict
 
-    from miner.images import list_images
+    from miner.sandbox.docker.images import list_images
 
     found = list_images(_docker())
     if as_json:
@@ -762,7 +766,7 @@ def images_list(as_json: bool) -> None:
 @click.option("--base", is_flag=True, help="Also remove base images made by `miner images bootstrap`.")
 def images_prune(healthy: bool, base: bool) -> None:
     """Remove miner's leftover containers, broken and dangling images (more on request)."""
-    from miner.images import prune
+    from miner.sandbox.docker.images import prune
 
     report = prune(_docker(), healthy=healthy, base=base)
     click.echo(f"removed {len(report.containers)} containers, {len(report.images)} images, "

@@ -174,7 +174,7 @@ def remove_path(path: Path) -> None:
 
 def collect_images(client: Any, needs: Needs, report: GcReport) -> None:
     """Remove the store's images that no stored task needs (broken snapshots first, then their parents)."""
-    from miner import images as imagelib
+    from miner.sandbox.docker import images as imagelib
     from miner.sandbox.base import BackendUnavailable
 
     if client is None:
@@ -249,7 +249,7 @@ class _ImageSizes:
         parent_ref = labels.get("miner.healthy") or labels.get("miner.base")
         size = int(image.attrs.get("Size", 0))
         if parent_ref:
-            from miner.images import find_image
+            from miner.sandbox.docker.images import find_image
 
             parent = find_image(self.client, parent_ref)
             if parent is not None:

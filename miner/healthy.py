@@ -13,7 +13,7 @@ import json
 import shlex
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from miner.models import (
     PROJECT_DIR,
@@ -125,29 +125,10 @@ def run_checks(sandbox: Sandbox, command: str, probes: list[Probe], tests: list[
     return suite
 
 
-def _find(roots: list[str], exclude: tuple[str, ...] = (), test: str = "") -> str:
-    """A `find` over roots on their own file systems, excluded paths pruned, printing regular files."""
-    prune = " -o ".join(f"-path {shlex.quote(x)}" for x in exclude)
-    pruning = f"\\( {prune} \\) -prune -o " if prune else ""
-    return f"find {' '.join(map(shlex.quote, roots))} -xdev {pruning}-type f {test} -print0 2>/dev/null"
-
-
-def _hashes(output: str) -> dict[str, str]:
-    hashes = {}
-    for line in output.splitlines():
-        digest, _, name = line.partition("  ")
-        if len(digest) == 64 and name:
-            hashes[name] = digest
-    return hashes
-
-
 def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None,
-              exclude: tuple[str, ...] = (), changed_since: float | None = None) -> dict[str, str]:
-    """sha256 of every regular file under roots (or of the given paths), computed inside the sandbox.
-
-    With `changed_since` (a time.time() value), only files whose inode changed after that moment
-    (created, written, renamed or chmod-ed: ctime, which no copy can carry over), where `find`
-    can tell (GNU find; others hash everything).
+              exclude: Iterable[str] = ()) -> dict[str, str]:
+    """sha256 of every regular file under roots (or of the given paths), computed inside the sandbox;
+    `exclude` are paths (shell patterns) never entered.
     Uses coreutils, not the venv's interpreter, so it works however broken the environment is.
     """
     if paths is not None:
@@ -156,19 +137,39 @@ def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None
         listing = " ".join(shlex.quote(p) for p in paths)
         command = f"sha256sum -- {listing} 2>/dev/null; true"
     else:
-        every = f"{_find(roots, exclude)} | xargs -0 -r sha256sum 2>/dev/null"
-        command = f"{every}; true"
-        if changed_since is not None:
-            since = f"@{changed_since:.3f}"
-            recent = f"{_find(roots, exclude, f'-newerct {since}')} | xargs -0 -r sha256sum 2>/dev/null"
-            command = f"if find / -maxdepth 0 -newerct @0 >/dev/null 2>&1; then {recent}; else {every}; fi; true"
+        command = f"{_find(roots, exclude)} -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true"
     return _hashes(sandbox.run(command, timeout=300).output)
 
 
-def list_tree(sandbox: Sandbox, roots: list[str], exclude: tuple[str, ...] = ()) -> set[str]:
-    """Paths of every regular file under roots (no hashing: cheap)."""
-    result = sandbox.run(f"{_find(roots, exclude)} | tr '\\0' '\\n'; true", timeout=300)
-    return {line for line in result.output.splitlines() if line.startswith("/")}
+def _hashes(output: str) -> dict[str, str]:
+    """path -> digest from sha256sum's output lines."""
+    hashes = {}
+    for line in output.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) == 64 and name:
+            hashes[name] = digest
+    return hashes
+
+
+_HASHES = "::miner-hashes::"  # separates the listing from the hashes in changed_since's output
+
+
+def _find(roots: Iterable[str], exclude: Iterable[str]) -> str:
+    pruned = " -o ".join(f"-path {shlex.quote(p)}" for p in exclude)
+    prune = f"\\( {pruned} \\) -prune -o " if pruned else ""
+    return f"find {' '.join(map(shlex.quote, roots))} -xdev {prune}-type f"
+
+
+def changed_since(sandbox: Sandbox, marker: str, roots: list[str],
+                  exclude: Iterable[str] = ()) -> tuple[set[str], dict[str, str]]:
+    """(every regular file under roots, sha256 of those whose status changed after `marker` was
+    written): what a later step did, without hashing what it left alone. A file created, changed,
+    moved or linked has a new ctime, which no script can set back."""
+    find = _find(roots, exclude)
+    command = (f"{find} -print 2>/dev/null; echo {_HASHES}; "
+               f"{find} -cnewer {shlex.quote(marker)} -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true")
+    listing, _, hashed = sandbox.run(command, timeout=300).output.partition(f"{_HASHES}\n")
+    return set(listing.splitlines()), _hashes(hashed)
 
 
 def project_manifest(root: Path, test_files: list[str] = ()) -> tuple[dict[str, str], list[str]]:

@@ -160,8 +160,9 @@ class HealthyState(BaseModel):
     site_packages: str = ""
     suite_seconds: float = 0.0  # wall time of one healthy suite run
     messages: dict[str, str] = Field(default_factory=dict)
-    # Beneath the project (container backends): shared libraries the extension modules load,
-    # their Debian packages, which import loads which extension (see sandbox.docker.system_inventory).
+    # Beneath the project (container backends): what Backend.observe saw (shared libraries the
+    # extension modules load, their Debian packages and versions, which import loads which
+    # extension, a Dockerized service's config and imports; see miner.sandbox.docker.observe).
     system: dict[str, Any] | None = None
 
     @property

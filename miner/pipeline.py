@@ -27,7 +27,9 @@ from miner.inverters.procedural import ProceduralInverter
 from miner.inverters.targets import enumerate_targets
 from miner.model_instruction import instruction_writer
 from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
+from miner.inverters.system import targets_beneath
 from miner.prepare import PinError, Prepared, prepare
+from miner.projectfiles import test_file_of
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend, BuildError, SandboxError
 from miner.sources import FetchError, parse_repos
@@ -49,7 +51,7 @@ class CrawlOptions:
     backend: str = "local"
     select: str = "graph"  # graph | random
     timeout: float = 600.0  # per test-suite run
-    system: bool = True  # ask the backend for system and service targets (Docker only)
+    system: bool = True  # ask the backend what lies beneath the project: system and service targets (Docker)
     catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (their types override built-in ones)
     per_symptom: int = 1  # tasks kept per (family, F2P set) of a project (duplicate-symptom)
     min_free_gb: float = 5.0  # the crawl stops when the store's file system has less free (0: never)
@@ -146,13 +148,12 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
     store.record_project(project.key, project.repo, project.commit, project.source.raw, project.source.origin,
                          "running", healthy=state)
     phase("choosing inversion points")
-    extra_targets = backend.backend_targets(env)[1] if options.system and backend.capabilities.system else []
+    test_files = {f for f in map(test_file_of, state.outcomes) if f}
+    extra_targets = targets_beneath(state.system, project.path, test_files) if options.system else []
     graph = graphs.build_graph(project, state)
     procedural = options.inverter != "agent"
     candidates = choose_candidates(project, state, types, options, graph, extra_targets) if procedural else []
-    caps = backend.capabilities
-    ctx = Context(backend, env, state, healthy_manifest(backend, env, caps.scan_roots, caps.scan_exclude),
-                  timeout=timeout, extra=extra, scan_roots=caps.scan_roots, scan_exclude=caps.scan_exclude,
+    ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
                   symptoms=store.symptoms(project.repo, project.commit), per_symptom=options.per_symptom)
     by_id = {t.id: t for t in types}
     total = len(candidates) if options.budget is None else min(options.budget, len(candidates))

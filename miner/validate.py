@@ -4,7 +4,9 @@ Rules, cheapest first: (1) the break runs inside a fresh copy within its limit; 
 code and test files stay byte-identical; (2) F2P non-empty, and P2P non-empty when the healthy
 suite has several passing tests (unless the type is labelled whole-suite); (6) no copy of what
 the break changed is left anywhere in the sandbox; (4) the fix brings every healthy-passing test
-back; (5) the break replayed on another fresh copy gives the same F2P set.
+back; (5) the break replayed on another fresh copy gives the same F2P set. Rule 6 scans what
+the backend declares a break may touch (Capabilities.scan_roots: the sandbox folder locally, the
+whole container file system on Docker).
 When the dependency graph predicted the blast radius, the predicted tests run first and a
 candidate none of them notices stops early (stored F2P/P2P always come from full runs).
 """
@@ -13,15 +15,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
-from miner.healthy import MINER_DIR, ExtraProbes, hash_tree, list_tree, passing, run_checks
-from miner.models import PROJECT_DIR, SANDBOX_ROOT, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
-from miner.sandbox.base import Backend, Healthy, Sandbox
+from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
+from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
+from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
 
 SCRIPT_TIMEOUT = 300.0
-CTIME_SLACK = 0.05  # file systems stamp ctime from a coarse clock (a few ms behind time.time())
+FORKED = f"{MINER_DIR}/forked"  # written before the break: what changed after it is the break's doing
 DIST_INFO = re.compile(r"^(.*/[^/-]+)-[^/]+\.dist-info/")
 
 
@@ -35,8 +36,6 @@ class Context:
     manifest: dict[str, str]  # sandbox path -> sha256 of every file of the healthy sandbox
     timeout: float = 600.0
     extra: ExtraProbes | None = None
-    scan_roots: tuple[str, ...] = (SANDBOX_ROOT,)  # the backend's Capabilities
-    scan_exclude: tuple[str, ...] = (MINER_DIR,)
     # Stored tasks of the project by (family, F2P set), and how many may share one (duplicate-symptom).
     symptoms: dict[tuple[str, frozenset[str]], int] = field(default_factory=dict)
     per_symptom: int = 1
@@ -48,12 +47,16 @@ class Rejected(Exception):
         self.rule, self.detail = rule, detail
 
 
-def healthy_manifest(backend: Backend, env: Healthy, roots: tuple[str, ...] = (SANDBOX_ROOT,),
-                     exclude: tuple[str, ...] = (MINER_DIR,)) -> dict[str, str]:
-    """Hashes of every file a break may touch in a fresh healthy copy (the backend's scan roots),
-    measured once per project, for the answer-leak rule."""
+def scan(sandbox: Sandbox, capabilities: Capabilities) -> dict[str, str]:
+    """Hashes of every file a break may touch: under the backend's scan roots, but its excludes."""
+    hashes = hash_tree(sandbox, list(capabilities.scan_roots), exclude=capabilities.scan_exclude)
+    return {p: h for p, h in hashes.items() if not p.startswith(MINER_DIR)}
+
+
+def healthy_manifest(backend: Backend, env: Healthy) -> dict[str, str]:
+    """Hashes of every file of a fresh healthy copy that a break may touch, for the answer-leak rule."""
     with backend.fork(env) as sandbox:
-        return hash_tree(sandbox, list(roots), exclude=exclude)
+        return scan(sandbox, backend.capabilities)
 
 
 class Run:
@@ -64,7 +67,6 @@ class Run:
         self.logs: dict[str, str] = {}
         self.suite_runs = 0.0
         self.healthy_pass = passing(ctx.state.outcomes)
-        self.forked_at = 0.0  # when the break's sandbox was forked (time.time()), for the leak scan
 
     def apply(self, sandbox: Sandbox, name: str, script: str, network: bool) -> None:
         sandbox.put(f"{MINER_DIR}/{name}.sh", script.encode(), mode=0o755)
@@ -98,17 +100,18 @@ class Run:
     def no_leak(self, sandbox: Sandbox) -> None:
         """Rule 6: no file of the broken state holds the original bytes of a changed/removed file.
 
-        Only files whose inode changed since the fork can hold such a copy, so only those are
-        hashed again; every root the backend declares a break may touch is scanned.
-        """
-        before, roots, exclude = self.ctx.manifest, list(self.ctx.scan_roots), self.ctx.scan_exclude
-        changed = hash_tree(sandbox, roots, exclude=exclude, changed_since=self.forked_at)
-        present = list_tree(sandbox, roots, exclude)
-        counts = Counter(before.values())
+        Only files changed since the fork are hashed (the others hold what they held healthy);
+        which of the healthy files are gone comes from the listing of every file."""
+        before = self.ctx.manifest
+        caps = self.ctx.backend.capabilities
+        present, after = changed_since(sandbox, FORKED, list(caps.scan_roots), caps.scan_exclude)
+        after = {p: h for p, h in after.items() if not p.startswith(MINER_DIR)}
+        counts: dict[str, int] = {}
+        for digest in before.values():
+            counts[digest] = counts.get(digest, 0) + 1
         # only contents unique in the healthy state: empty or boilerplate files repeat innocently
-        lost = {h: p for p, h in before.items()
-                if counts[h] == 1 and (p not in present or changed.get(p, h) != h)}
-        leaks = [f"{path} holds the original of {lost[h]}" for path, h in sorted(changed.items())
+        lost = {h: p for p, h in before.items() if (p not in present or after.get(p, h) != h) and counts[h] == 1}
+        leaks = [f"{path} holds the original of {lost[h]}" for path, h in after.items()
                  if h in lost and before.get(path) != h and _unversioned(path) != _unversioned(lost[h])]
         if leaks:
             raise Rejected("answer-leaked", "; ".join(leaks[:3]))
@@ -138,7 +141,7 @@ def validate(ctx: Context, inversion: Inversion, whole_suite_ok: bool = False) -
 def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
     ctx = run.ctx
     with ctx.backend.fork(ctx.env) as sandbox:
-        run.forked_at = time.time() - CTIME_SLACK
+        sandbox.put(FORKED, b"")
         run.apply(sandbox, "break", inv.break_script, inv.network_break)
         run.protected_unchanged(sandbox)
         _early_stop(run, sandbox, inv)

@@ -147,7 +147,7 @@ def need(resource: str, why_not: str | None) -> None:
 def docker_reason() -> str | None:
     """Why Docker tests cannot run here (no engine, no base image), or None. Asked once, when a
     test first needs it (so a run without Docker tests never waits for an engine)."""
-    from miner import images
+    from miner.sandbox.docker import images
     from miner.sandbox.base import BackendUnavailable
 
     try:

@@ -24,17 +24,13 @@ import yaml
 from click.testing import CliRunner
 from conftest import LOCAL_FAMILIES, run_miner
 
-from miner import images
 from miner.check import Checker, read_config, read_file
 from miner.cli import main
 from miner.export import ExportOptions, export_tasks, select_tasks
-from miner.export.common import (
-    ExportError,
-    constraints,
-    project_tarball,
-    pytest_args,
-)
-from miner.models import HealthyState, Task
+from miner.export.archive import project_tarball
+from miner.export.common import ExportError, constraints, pytest_args
+from miner.models import HealthyState, Task, content_id
+from miner.sandbox.docker import images
 from miner.store import Store
 from miner.testing import parse_junit
 
@@ -344,8 +340,11 @@ def odd_task_store(mined_store: Path, root: Path) -> Task:
     """A store at root holding one mined task whose test command is not plain pytest."""
     with Store(mined_store, create=False) as opened:
         task = opened.list_tasks()[0]
+        key = content_id(task.repo, task.commit, task.source.overrides)
+        state = opened.healthy(key)
     odd = task.model_copy(update={"id": "0" * 16, "test_command": "make check"})
     with Store(root) as other:
+        other.record_project(key, odd.repo, odd.commit, odd.source.raw, odd.source.origin, "mined", healthy=state)
         other.add_task(odd, {"break.sh": odd.break_script, "fix.sh": odd.fix_script})
     return odd
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from miner.export.common import project_tarball
+from miner.export.archive import project_tarball
 from miner.export.dockerized import (
     CONTEXT_STAGE,
     PROJECT_STAGE,

@@ -31,7 +31,8 @@ from conftest import CRAWL_TIMEOUT, FIXTURES, REPO_ROOT, copy_fixture, miner_env
 
 from miner.models import Project, Source
 from miner.sandbox.base import Healthy, Limits
-from miner.sandbox.local import LocalBackend, render_env_file
+from miner.sandbox.base import render_env_file
+from miner.sandbox.local import LocalBackend
 
 HOME = Path.home()
 HOME_SKIPPED = {HOME / ".cache", HOME / ".claude"}

@@ -1,5 +1,6 @@
-"""miner.images: mirrors, pip forwarding, the broken-image Dockerfile, base image resolution,
-listing and pruning against a real engine (tests marked `docker`: see `need` in conftest.py)."""
+"""miner.sandbox.docker.images and .layout: mirrors, pip forwarding, the image layout (build script,
+healthy stage, broken-image Dockerfile), base image resolution, listing and pruning against a
+real engine (tests marked `docker`: see `need` in conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import uuid
 import pytest
 from conftest import need
 
-from miner import images
-from miner.sandbox.base import BackendUnavailable, BuildError
+from miner.sandbox.base import BackendUnavailable, BuildError, BuildSpec
+from miner.sandbox.docker import images, layout
 
 # --- without an engine --------------------------------------------------------------------------
 
@@ -56,20 +57,55 @@ def test_host_pip_settings_forward_remote_settings_only(tmp_path, monkeypatch):
     assert "token" not in repr(env)
     context = tmp_path / "ctx"
     context.mkdir()
-    lines = images.pip_dockerfile_lines(settings, context)
-    assert lines[0] == f"COPY {images.HOST_CA_NAME} {images.HOST_CA_PATH}"
-    assert (context / images.HOST_CA_NAME).read_bytes() == cert.read_bytes()
-    assert lines[1].startswith("ENV ") and 'PIP_INDEX_URL="https://mirror.example/simple"' in lines[1]
+    source = images.copy_host_ca(settings, context)
+    assert (context / source).read_bytes() == cert.read_bytes()
+    stage = layout.healthy_stage("base:1", env=layout.image_env("", False) | env, project_source="project/",
+                                 dockerized=False, ca_source=source).splitlines()
+    assert stage[:3] == ["FROM base:1", "USER root", f"COPY {layout.HOST_CA_NAME} {layout.HOST_CA_PATH}"]
+    assert stage[3].startswith("ENV ") and 'PIP_INDEX_URL="https://mirror.example/simple"' in "\n".join(stage)
 
 
 def test_break_dockerfile_is_one_layer_that_removes_the_script():
-    text = images.break_dockerfile("miner/healthy-abc:1", "break.sh")
+    text = layout.break_dockerfile("miner/healthy-abc:1", "break.sh")
     assert text.splitlines() == [
         "FROM miner/healthy-abc:1",
         "USER root",
         "COPY break.sh /tmp/break.sh",
         "RUN bash -c 'source /sandbox/env.sh; cd /sandbox/project && bash /tmp/break.sh' && rm -f /tmp/break.sh",
     ]
+    inline = layout.break_dockerfile("healthy", script="echo broken\n").splitlines()
+    assert len([line for line in inline if line.startswith("RUN ")]) == 1  # written and removed in one layer
+    assert inline[-1].endswith("rm -f /tmp/break.sh")
+
+
+def test_layout_is_one_text_for_the_backend_and_the_exporter():
+    """The healthy stage holds the sandbox layout: MINER_* variables, the venv first on PATH, the
+    project where build.sh expects it; a Dockerized project's image keeps its locale and WORKDIR."""
+    env = layout.image_env("/sandbox/venv/lib/python3.11/site-packages", dockerized=False)
+    assert env["MINER_PROJECT"] == "/sandbox/project" and env["MINER_ENV_FILE"] == "/sandbox/env.sh"
+    assert env["PATH"].startswith("/sandbox/venv/bin:") and env["LANG"] == "C.UTF-8"
+    assert "LANG" not in layout.image_env("", dockerized=True)
+    generated = layout.healthy_stage("b", env=env, project_source="project.tar.gz", dockerized=False, name="healthy")
+    assert "ADD project.tar.gz /sandbox/\n" in generated and generated.endswith("WORKDIR /sandbox/project\n")
+    assert "RUN bash /sandbox/.build/build.sh && rm -rf /sandbox/.build\n" in generated
+    dockerized = layout.healthy_stage("p", env=env, project_source="project/", dockerized=True)
+    assert "COPY project/ /tmp/miner-project/" in dockerized and "WORKDIR" not in dockerized
+    files = layout.build_files(BuildSpec(python="python3", install_script="pip install .\n", env={"A": "b c"}),
+                               dockerized=False, constraints="six==1.16.0\n")
+    assert set(files) == {"build.sh", "install.sh", "env.sh", "constraints.txt"}
+    assert "export A='b c'" in files["env.sh"] and files["constraints.txt"] == "six==1.16.0\n"
+    assert "rm -rf /sandbox/project/.git" in files["build.sh"] and "--system-site-packages" not in files["build.sh"]
+    assert "--system-site-packages" in layout.build_script("python3", dockerized=True)
+    inline = layout.healthy_stage("b", env=env, project_source=".", dockerized=False, build_inline=files)
+    assert "COPY . /sandbox/project/" in inline and "COPY build/" not in inline and "base64 -d" in inline
+
+
+def test_image_facts():
+    config = {"Entrypoint": ["python3"], "Cmd": ["app.py"], "ExposedPorts": {"8000/tcp": {}, "53/udp": {}},
+              "Healthcheck": {"Test": ["CMD-SHELL", "true"]}, "WorkingDir": "/app"}
+    assert layout.image_facts(config) == {"command": ["python3", "app.py"], "workdir": "/app", "user": "root",
+                                          "ports": [8000], "healthcheck": ["CMD-SHELL", "true"]}
+    assert layout.image_facts({"Healthcheck": {"Test": ["NONE"]}})["healthcheck"] == []
 
 
 def test_configured_base_image(monkeypatch):
@@ -84,7 +120,6 @@ def test_no_engine_message(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(BackendUnavailable, match="--backend local"):
         images.docker_client(timeout=5)
-    assert images.engine_available() is False
 
 
 # --- with an engine -----------------------------------------------------------------------------

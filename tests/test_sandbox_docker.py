@@ -1,5 +1,6 @@
-"""The Docker backend against a real engine: builds, forks, confinement, cleanup, probes, system
-and service inversions, broken images and error messages.
+"""The Docker backend against a real engine: builds, forks, confinement, cleanup, probes, what it
+observes beneath a project, system and service inversions whose fixes recover from the evidence
+(the Debian archive, the package index, the project's own files), broken images and errors.
 
 Healthy images are cached by tag across runs (the project key hashes the fixture's files), so
 only the first run pays for the builds. Skipped, with the reason, when no engine answers.
@@ -8,6 +9,7 @@ only the first run pays for the builds. Skipped, with the reason, when no engine
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -17,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from miner import images
 from miner.catalogue import load_catalogue, render
 from miner.install import build_spec
 from miner.models import Project, Source, Target
 from miner.sandbox.base import BackendUnavailable, BuildError, Limits
+from miner.sandbox.docker import images
 from miner.testing import run_suite
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -255,7 +257,7 @@ def test_service_probes(backend, built):
         import json
 
         assert http.expected_digest == hashlib.sha256(
-            json.dumps({"greeting": "Hello, world!", "greetfmt": "1.2.0"}).encode()).hexdigest()
+            json.dumps({"greeting": "Hello, world!", "six": "1.17.0"}).encode()).hexdigest()
         results = run_docker_probes(box, probes)
         assert {k: v.outcome for k, v in results.items()} == {"probe::healthcheck": "passed",
                                                              "probe::http::8000/": "passed"}
@@ -297,15 +299,37 @@ def catalogue():
 
 
 @pytest.fixture(scope="module")
-def targets(backend, built):
-    from miner.sandbox.docker import service_targets, system_targets
+def observed(backend, built):
+    """fixture name -> what the backend observed beneath it (Backend.observe)."""
+    return {name: backend.observe(built(name)) for name in ("docker-cli", "docker-service")}
 
-    found = {}
-    with backend.fork(built("docker-cli")) as box:
-        found["docker-cli"] = system_targets(box)
-    with backend.fork(built("docker-service")) as box:
-        found["docker-service"] = service_targets(box)
-    return found
+
+@pytest.fixture(scope="module")
+def targets(observed):
+    from miner.inverters.system import service_targets, system_targets
+
+    service_tests = [p.relative_to(FIXTURES / "docker-service").as_posix()
+                     for p in (FIXTURES / "docker-service" / "tests").glob("test_*.py")]
+    return {"docker-cli": system_targets(observed["docker-cli"]),
+            "docker-service": service_targets(observed["docker-service"], FIXTURES / "docker-service", service_tests)}
+
+
+def test_observation_holds_facts_and_versions_not_contents(observed):
+    cli, service = observed["docker-cli"], observed["docker-service"]
+    sqlite = cli["libraries"]["libsqlite3.so.0"]
+    assert sqlite["package"].startswith("libsqlite3-0") and cli["packages"][sqlite["package"]]["version"]
+    assert cli["system"]["locale"]["package"] == "libc-bin" and cli["system"]["locale"]["version"]
+    assert cli["zone_packages"]["Europe/Paris"]["package"] == "tzdata"
+    assert cli["tools"]["apt-get"] and "libapt-pkg.so.6.0" in cli["recovery_libraries"]
+    assert cli["service"] is None
+    assert service["service"]["ports"] == [8000]
+    message = next(e for e in service["service"]["config"] if e["key"] == "message")
+    assert message == {"path": "service.ini", "line": 6, "key": "message", "value": "Hello", "answered": True}
+    six = next(e for e in service["service"]["imports"] if e["module"] == "six")
+    assert six["python"]["dist"] == "six" and six["python"]["version"] == "1.17.0"
+    assert six["python"]["installer"] == "pip" and six["python"]["pip"]
+    text = json.dumps(observed)
+    assert "b64" not in text and "import sqlite3" not in text  # names and versions, never contents
 
 
 def pick(targets: list[Target], kind: str, name: str) -> Target:
@@ -337,31 +361,46 @@ CASES = [
     ("system/interpreter-symlink", "docker-cli", "system", "venv-python", "tests/test_report.py::test_config_is_read"),
     ("service/port-changed", "docker-service", "service", "port:service.ini:port", "probe::http::8000/"),
     ("service/config-value", "docker-service", "service", "value:service.ini:message", "probe::http::8000/"),
-    ("service/dependency-removed", "docker-service", "service", "dependency:greetfmt", "probe::healthcheck"),
+    ("service/dependency-removed", "docker-service", "service", "dependency:six", "probe::healthcheck"),
 ]
+
+
+FILE_OF = {  # the file a target's fix must restore byte for byte (an interpreter symlink has none)
+    "syslib": lambda t: t.path,
+    "system": lambda t: t.path if t.attrs["role"] != "interpreter-symlink" else None,
+    "service": lambda t: t.path if t.path.startswith("/") else f"/sandbox/project/{t.path}",
+}
 
 
 @pytest.mark.parametrize("type_id,fixture,kind,name,must_fail", CASES, ids=[f"{c[0]}:{c[3]}" for c in CASES])
 def test_break_fails_and_fix_restores(backend, built, catalogue, targets, type_id, fixture, kind, name, must_fail):
+    """Each system and service type on a real container: the break fails its tests, the fix (with
+    the network its type declares: the Debian archive, the package index) restores every outcome
+    and the broken file byte for byte, from the evidence alone (no fix embeds an original)."""
     from miner.sandbox.docker import docker_probes
 
     itype = catalogue[type_id]
     assert itype.backends == ["docker"]
     target = pick(targets[fixture], kind, name)
     inversion = render(itype, target, {})
+    assert "b64" not in inversion.fix_script and len(inversion.fix_script) < 2000
+    path = FILE_OF.get(kind, lambda t: None)(target)
+    digest = f"sha256sum {path} | cut -d' ' -f1" if path else "true"
     with backend.fork(built(fixture)) as box:
         probes = docker_probes(box)
         healthy = state(box, probes)
         assert set(healthy.values()) == {"passed"}, healthy
+        before = box.run(digest).output
         broke = box.run(inversion.break_script)
         assert broke.exit_code == 0, broke.output
         broken = state(box, probes)
         assert broken.get(must_fail, "missing") != "passed", broken
         if not itype.whole_suite:
             assert "passed" in broken.values(), "the break should leave something passing"
-        fixed = box.run(inversion.fix_script)
+        fixed = box.run(inversion.fix_script, network=itype.network.get("fix", False), timeout=600)
         assert fixed.exit_code == 0, fixed.output
         assert state(box, probes) == healthy
+        assert box.run(digest).output == before
 
 
 @pytest.mark.parametrize("kind,name", [("syslib", "libsqlite3.so.0"), ("system", "zoneinfo:Europe/Paris")])
@@ -369,15 +408,14 @@ def test_removed_originals_leave_no_copy_in_the_filesystem(backend, built, catal
     target = pick(targets["docker-cli"], kind, name)
     type_id = "system/syslib-remove" if kind == "syslib" else "system/zoneinfo-removed"
     inversion = render(catalogue[type_id], target, {})
-    size = target.attrs["size"]
     with backend.fork(built("docker-cli")) as box:
-        original = box.run(f"sha256sum {target.path}").output.split()[0]
+        original, size = box.run(f"sha256sum {target.path}; stat -c %s {target.path}").output.split()[::2]
         assert box.run(inversion.break_script).exit_code == 0
         copies = box.run(f"find / -xdev -type f -size {size}c -exec sha256sum {{}} + 2>/dev/null | grep {original} || true")
         assert copies.output.strip() == ""
 
 
-def test_debpkg_removal_is_recorded_by_dpkg_and_restored(backend, built, catalogue, targets):
+def test_debpkg_removal_is_recorded_by_dpkg_and_restored_from_the_archive(backend, built, catalogue, targets):
     target = pick(targets["docker-cli"], "debpkg", "libsqlite3-0")
     inversion = render(catalogue["system/debpkg-remove"], target, {})
     with backend.fork(built("docker-cli")) as box:
@@ -385,8 +423,36 @@ def test_debpkg_removal_is_recorded_by_dpkg_and_restored(backend, built, catalog
         before = box.run(status).output
         assert box.run(inversion.break_script).exit_code == 0
         assert "install ok installed" not in box.run(status).output
-        assert box.run(inversion.fix_script).exit_code == 0
+        offline = box.run(inversion.fix_script)  # nothing in the container holds the package
+        assert offline.exit_code != 0 and "install ok installed" not in box.run(status).output
+        assert box.run(inversion.fix_script, network=True, timeout=600).exit_code == 0
         assert box.run(status).output == before
+        assert box.run("dpkg --verify libsqlite3-0").output.strip() == ""  # every file as the package has it
+
+
+def test_a_system_break_that_keeps_a_copy_under_var_is_answer_leaked(backend, built, catalogue, targets):
+    """Rule 6 on Docker scans what the backend declares a break may touch: the whole container (not
+    just /sandbox), so a library moved aside under /var is found and the candidate is rejected."""
+    from miner.healthy import measure_project
+    from miner.models import Inversion
+    from miner.validate import Context, healthy_manifest, validate
+
+    assert backend.capabilities.scan_roots == ("/",) and "/proc" in backend.capabilities.scan_exclude
+    healthy = built("docker-cli")
+    project = healthy.project
+    state = measure_project(backend, healthy, project, build_spec(project, backend="docker"), 300)
+    ctx = Context(backend, healthy, state, healthy_manifest(backend, healthy), timeout=300,
+                  extra=backend.run_derived_probes)
+    assert any(path.startswith("/usr/lib/") for path in ctx.manifest)
+    target = pick(targets["docker-cli"], "syslib", "libsqlite3.so.0")
+    moved = "/var/backups/libsqlite3.keep"
+    inversion = Inversion(type_id="system/syslib-remove", family="system", target=target, network_fix=True,
+                          break_script=f"set -e\nmkdir -p /var/backups\nmv {target.path} {moved}\n",
+                          fix_script=render(catalogue["system/syslib-remove"], target, {}).fix_script,
+                          summary="moves the library aside instead of deleting it")
+    candidate = validate(ctx, inversion)
+    assert (candidate.status, candidate.rule) == ("rejected", "answer-leaked"), (candidate.rule, candidate.detail)
+    assert moved in candidate.detail and target.path in candidate.detail
 
 
 # --- broken snapshots ---------------------------------------------------------------------------
@@ -411,7 +477,7 @@ def test_broken_image_rebuilds_deterministically_and_is_small(backend, built, ca
             assert box.read(target.path) is None
             assert box.read("/tmp/break.sh") is None
             assert run_docker_probes(box, probes)["probe::cmd"].outcome == "failed"
-            assert box.run(inversion.fix_script).exit_code == 0
+            assert box.run(inversion.fix_script, network=True, timeout=600).exit_code == 0
             assert run_docker_probes(box, probes)["probe::cmd"].outcome == "passed"
     finally:
         backend.client.images.remove(broken.tag, force=True)

@@ -1,23 +1,19 @@
 """Exporters: stored tasks -> Harbor (Terminal-Bench 2.0), Terminal-Bench 1.0 or JSON Lines.
 
-    summary = export_tasks(store, store.list_tasks("deps"), "harbor", Path("out"), ExportOptions())
+    summary = export_tasks(store, select_tasks(store, ["deps"]), "harbor", Path("out"), ExportOptions())
 
-See miner.export.common for the shared build context and verifier, and harbor.py, tb1.py,
-jsonl.py for each format's files.
+Modules: common.py (what every format shares: the build context, written with the Docker
+backend's image layout, the verifier's files, the task sources), archive.py (deterministic project
+archives), dockerized.py (a project's own Dockerfile rewritten), registry.py (formats register
+themselves by name), exporter.py (the bulk export), and one module per format: harbor.py, tb1.py,
+jsonl.py.
 """
 
-from miner.export.common import (
-    DEFAULT_BASE_IMAGE,
-    DEFAULT_ORG,
-    FORMATS,
-    ExportError,
-    ExportOptions,
-    ExportSummary,
-    TaskOutcome,
-    export_tasks,
-    select_tasks,
-    task_slug,
-)
+from miner.export.common import DEFAULT_BASE_IMAGE, DEFAULT_ORG, ExportError, ExportOptions, task_slug
+from miner.export.exporter import ExportSummary, TaskOutcome, export_tasks, select_tasks
+from miner.export.registry import names
+
+FORMATS = names()
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",

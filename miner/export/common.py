@@ -1,12 +1,14 @@
 """What every export format shares: the task's build context, its Dockerfile, its verifier.
 
-An exported task rebuilds the exact environment miner validated, from its own files only:
+An exported task rebuilds the exact environment miner validated, from its own files only, with
+the image layout of the Docker backend (miner.sandbox.docker.layout: the same stage text, build
+script, environment file and variables):
 
     environment/
       Dockerfile          stage "healthy": FROM the base image, the project unpacked at
                           /sandbox/project, a venv at /sandbox/venv, the install script run with
                           the healthy distributions pinned; then one layer running the break
-                          script (miner.images.break_dockerfile, verbatim) and deleting it
+                          script (layout.break_dockerfile) and deleting it
       project.tar.gz      the project's files at the mined commit (deterministic archive)
       build/              build.sh, install.sh, env.sh, constraints.txt (removed after the build)
       break.sh
@@ -21,24 +23,20 @@ deterministic, so exporting twice gives byte-identical folders.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import os
 import re
 import shlex
 import shutil
-import tarfile
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from miner import __version__
+from miner.export.archive import walk
 from miner.export.dockerized import (
     CONTEXT_ROOT,
     CONTEXT_STAGE,
@@ -47,28 +45,17 @@ from miner.export.dockerized import (
     image_config,
     rewrite,
 )
-from miner.models import (
-    ENV_FILE,
-    PROJECT_DIR,
-    SANDBOX_ROOT,
-    VENV_DIR,
-    HealthyState,
-    Project,
-    Task,
-    content_id,
-)
+from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, HealthyState, Project, Task, content_id
 from miner.sandbox.base import BuildSpec
+from miner.sandbox.docker import images, layout
 
-DEFAULT_BASE_IMAGE = "miner/base:bookworm"
+DEFAULT_BASE_IMAGE = images.BOOTSTRAP_TAG  # the image `miner images bootstrap` builds
 DEFAULT_ORG = "miner"
-FORMATS = ("harbor", "terminal-bench", "jsonl")
+CATEGORY = "environment-repair"
 BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: build isolation needs new ones
 TEST_DIR_NAMES = {"test", "tests", "testing"}
-SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".nox", ".hg", ".svn"}
 PYTEST_LAUNCHERS = ({"python", "python3"}, {"pytest", "py.test"})
 MANIFEST_TIMEOUT = 600
-SITE_PACKAGES = f"{VENV_DIR}/lib/python3.11/site-packages"
-HOME_DIR = f"{SANDBOX_ROOT}/home"
 
 
 class ExportError(Exception):
@@ -130,39 +117,7 @@ def agent_timeout(task: Task) -> float:
     return float(max(900, 60 * round((30 * task.suite_seconds + 600) / 60)))
 
 
-# -- the project archive and the build context ------------------------------------------------------
-
-
-def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.mtime = 0
-    return info
-
-
-def project_tarball(root: Path, prefix: str = "project", include: Callable[[str], bool] | None = None) -> bytes:
-    """A deterministic .tar.gz of the project folder (sorted, mtime 0, root-owned, modes kept);
-    `include` filters by project-relative path."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(str(root), arcname=prefix, recursive=False, filter=_tar_filter)
-        for path in sorted(_walk(root), key=lambda p: p.relative_to(root).as_posix()):
-            if include is not None and not include(path.relative_to(root).as_posix()):
-                continue
-            tar.add(str(path), arcname=f"{prefix}/{path.relative_to(root).as_posix()}", recursive=False,
-                    filter=_tar_filter)
-    out = io.BytesIO()
-    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, compresslevel=9, filename="") as handle:
-        handle.write(raw.getvalue())
-    return out.getvalue()
-
-
-def _walk(root: Path) -> Iterable[Path]:
-    for folder, dirs, files in os.walk(root):
-        base = Path(folder)
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-        for name in dirs + files:
-            yield base / name
+# -- the build context ------------------------------------------------------------------------------
 
 
 def constraints(healthy: HealthyState | None) -> str:
@@ -175,59 +130,11 @@ def constraints(healthy: HealthyState | None) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def render_env_file(env: dict[str, str]) -> str:
-    """The /sandbox/env.sh text (same form as the sandbox backends write)."""
-    lines = ["# miner: the healthy environment, sourced before every command"]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
-    return "\n".join(lines) + "\n"
-
-
-BUILD_SH = """#!/bin/bash
-# miner: build the healthy environment as the sandbox backends do (venv, env file, install),
-# with the healthy distributions pinned so a later rebuild installs the same versions.
-set -e
-mkdir -p {home}
-{python} -m venv {venv}
-install -m 0644 /sandbox/.build/env.sh {env_file}
-export PIP_NO_CACHE_DIR=1 PIP_CONSTRAINT=/sandbox/.build/constraints.txt
-bash -c 'source {env_file}; source {venv}/bin/activate; cd {project} && bash /sandbox/.build/install.sh'
-{venv}/bin/python -m compileall -q -j 0 {project} {venv}/lib >/dev/null 2>&1 || true
-"""
-
-
-# The same for a Dockerized project, as sandbox.docker.DOCKERIZED lays it out: the image's WORKDIR
-# (the RUN's current folder) becomes /sandbox/project with a symlink left behind; the venv sees
-# the image's own packages; an image without Python gets an empty venv.
-BUILD_DOCKERIZED_SH = """#!/bin/bash
-# miner: lay out a Dockerized project's image as the Docker backend did when it validated the task.
-set -e
-mkdir -p {root} {home}
-wd="$(pwd)"
-if [ -n "$wd" ] && [ "$wd" != / ] && [ -d "$wd" ] && [ ! -e {project} ]; then mv "$wd" {project} && ln -s {project} "$wd"; fi
-if [ ! -e {project} ]; then mkdir -p {project}; cp -r /tmp/miner-project/. {project}/; fi
-rm -rf /tmp/miner-project
-install -m 0644 /sandbox/.build/env.sh {env_file}
-if command -v {python} >/dev/null 2>&1; then
-    {python} -m venv --system-site-packages {venv}
-    export PIP_NO_CACHE_DIR=1 PIP_CONSTRAINT=/sandbox/.build/constraints.txt
-    bash -c 'source {env_file}; source {venv}/bin/activate; cd {project} && bash /sandbox/.build/install.sh'
-else
-    mkdir -p {venv}/bin
-fi
-{venv}/bin/python -m compileall -q -j 0 {project} {venv}/lib >/dev/null 2>&1 || true
-"""
-
-
 def build_files(ts: TaskSource) -> dict[str, str]:
-    """build/ of the context: what the healthy stage runs, removed again in the same layer."""
-    script = BUILD_DOCKERIZED_SH if ts.dockerized else BUILD_SH
-    return {
-        "build/build.sh": script.format(python=shlex.quote(ts.spec.python), venv=VENV_DIR, env_file=ENV_FILE,
-                                        project=PROJECT_DIR, home=HOME_DIR, root=SANDBOX_ROOT),
-        "build/install.sh": ts.spec.install_script or "true\n",
-        "build/env.sh": render_env_file(ts.spec.env),
-        "build/constraints.txt": constraints(ts.healthy),
-    }
+    """build/ of the context: the layout's build files (miner.sandbox.docker.layout.build_files) with
+    the healthy distributions pinned; the healthy stage runs them and removes them in one layer."""
+    files = layout.build_files(ts.spec, ts.dockerized, constraints(ts.healthy))
+    return {f"build/{name}": text for name, text in files.items()}
 
 
 @dataclass
@@ -239,16 +146,18 @@ class PipForwarding:
 
     @classmethod
     def from_host(cls) -> PipForwarding:
-        from miner.images import host_pip_settings
-
-        settings = host_pip_settings()
+        settings = images.host_pip_settings()
         cert = settings.cert.read_bytes() if settings.cert and settings.cert.is_file() else None
         return cls(env=settings.env(), cert=cert)
 
 
 def site_packages(ts: TaskSource) -> str:
+    """The venv's site-packages as the healthy state recorded it (it names the interpreter's version)."""
     path = ts.healthy.site_packages if ts.healthy else ""
-    return path if path.startswith(VENV_DIR + "/") else SITE_PACKAGES
+    if not path.startswith(VENV_DIR + "/"):
+        raise ExportError(f"the healthy state of {ts.task.repo} at {ts.task.commit[:12]} is not in the store "
+                          "(its site-packages is unknown): crawl the project again")
+    return path
 
 
 def project_stages(ts: TaskSource, base_image: str, prefix: str = "", checkout: bool = False) -> tuple[str, str]:
@@ -264,48 +173,32 @@ def project_stages(ts: TaskSource, base_image: str, prefix: str = "", checkout: 
 
 def healthy_stage(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str = "",
                   tools_stage: str = "", checkout: bool = False) -> str:
-    """The Dockerfile text up to the healthy stage; `prefix` is the context folder of the files,
-    `tools_stage` (a template with {base}) a stage put between the base and the healthy stage, and
-    `checkout` says the build context is the project's checkout (see miner.export.jsonl)."""
-    from miner.images import HOST_CA_NAME, HOST_CA_PATH
-
+    """The Dockerfile text up to the healthy stage (layout.healthy_stage); `prefix` is the context
+    folder of the files, `tools_stage` (a template with {base}) a stage put between the base and
+    the healthy stage, and `checkout` says the build context is the project's checkout (see
+    miner.export.jsonl): then the build files are written by the Dockerfile itself."""
     before, parent = project_stages(ts, base_image, prefix, checkout)
     if tools_stage:
         before, parent = before + tools_stage.format(base=parent), "tools"
-    env = {
-        "MINER_PROJECT": PROJECT_DIR, "MINER_VENV": VENV_DIR, "MINER_PYTHON": f"{VENV_DIR}/bin/python",
-        "MINER_SITE_PACKAGES": site_packages(ts), "MINER_ENV_FILE": ENV_FILE, "VIRTUAL_ENV": VENV_DIR,
-        "HOME": HOME_DIR, "LANG": "C.UTF-8",
-        "PATH": f"{VENV_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    }
-    if ts.dockerized:  # the image keeps its own locale, as in the backend
-        del env["LANG"]
-    lines = [f"FROM {parent} AS healthy", "USER root"]
-    if pip.cert is not None:
-        lines.append(f"COPY {prefix}{HOST_CA_NAME} {HOST_CA_PATH}")
-    env |= pip.env
-    lines.append("ENV " + " \\\n    ".join(f"{k}={json.dumps(v)}" for k, v in sorted(env.items())))
     if ts.dockerized:
-        lines.append("COPY . /tmp/miner-project/" if checkout else
-                     f"COPY --from={CONTEXT_STAGE} {CONTEXT_ROOT}/ /tmp/miner-project/")
+        project = "." if checkout else f"--from={CONTEXT_STAGE} {CONTEXT_ROOT}/"
     else:
-        lines.append(f"ADD {prefix}project.tar.gz /sandbox/")
-    lines += [f"COPY {prefix}build/ /sandbox/.build/", "RUN bash /sandbox/.build/build.sh && rm -rf /sandbox/.build"]
-    if not ts.dockerized:  # a Dockerized project keeps its WORKDIR (a symlink to /sandbox/project)
-        lines.append(f"WORKDIR {PROJECT_DIR}")
-    return before + "\n".join(lines) + "\n"
+        project = "." if checkout else f"{prefix}project.tar.gz"
+    inline = {name.removeprefix("build/"): text for name, text in build_files(ts).items()} if checkout else None
+    stage = layout.healthy_stage(
+        parent, name="healthy", env=layout.image_env(site_packages(ts), ts.dockerized) | pip.env,
+        project_source=project, dockerized=ts.dockerized, build_source=f"{prefix}build/", build_inline=inline,
+        ca_source=f"{prefix}{layout.HOST_CA_NAME}" if pip.cert is not None else "",
+    )
+    return before + stage
 
 
 def dockerfile(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str = "",
                tools_stage: str = "") -> str:
     """The task's whole Dockerfile: the healthy stage (see healthy_stage), then the break layer."""
-    from miner.images import break_dockerfile
-
     header = (f"# miner task {ts.task.id}: {ts.task.type_id} on {ts.task.target.key}\n"
               f"# project {ts.task.repo} at {ts.task.commit} (exported by miner {__version__})\n")
-    breaking = break_dockerfile("healthy", "break.sh")
-    if prefix:
-        breaking = breaking.replace("COPY break.sh ", f"COPY {prefix}break.sh ")
+    breaking = layout.break_dockerfile("healthy", "break.sh", context_dir=prefix)
     stage = healthy_stage(ts, base_image, pip, prefix, tools_stage)
     return header + stage + "\n" + breaking + final_lines(ts)
 
@@ -322,14 +215,12 @@ def final_lines(ts: TaskSource) -> str:
 
 def environment_files(ts: TaskSource, pip: PipForwarding, tarball: bytes) -> dict[str, bytes]:
     """The build context files (without the Dockerfile)."""
-    from miner.images import HOST_CA_NAME
-
     if ts.dockerized:
         tarball = context_tarball(ts.project.path, tarball)
     files = {"project.tar.gz": tarball, "break.sh": ts.task.break_script.encode()}
     files |= {k: v.encode() for k, v in build_files(ts).items()}
     if pip.cert is not None:
-        files[HOST_CA_NAME] = pip.cert
+        files[layout.HOST_CA_NAME] = pip.cert
     return files
 
 
@@ -341,7 +232,7 @@ def asset(name: str) -> bytes:
 
 
 COLLECT = (
-    "source /sandbox/env.sh >/dev/null 2>&1; cd /sandbox/project; "
+    f"source {ENV_FILE} >/dev/null 2>&1; cd {PROJECT_DIR}; "
     "for py in /usr/bin/python3 /usr/local/bin/python3; do "
     '[ -x "$py" ] && exec "$py" -I -S /tmp/miner-verifier.py --collect; done; '
     "echo 'no system python3 in the image' >&2; exit 3"
@@ -377,16 +268,12 @@ class ManifestCache:
 
     def _client(self):
         if self.client is None:
-            from miner.images import docker_client
-
-            self.client = docker_client()
+            self.client = images.docker_client()
         return self.client
 
     def _measure(self, key: str, stage: str, context: dict[str, bytes]) -> dict:
         """Build the healthy stage (tagged by its inputs: a rebuild reuses the tag and Docker's layer
         cache, which later builds of the task's own Dockerfile share) and run --collect inside it."""
-        from miner.images import labels
-
         client = self._client()
         tag = f"miner/export-healthy:{key}"
         image = None
@@ -394,9 +281,10 @@ class ManifestCache:
             write_files(Path(tmp), context | {"Dockerfile": stage.encode()})
             project_stage = HEALTHY_PARENT.search(stage) if f" AS {CONTEXT_STAGE}\n" in stage else None
             if project_stage:  # a Dockerized project: its image's CMD, ports, ... for the probes
-                image = image_config(build_stage(client, Path(tmp), f"{tag}-project", labels("healthy", export="1"),
+                image = image_config(build_stage(client, Path(tmp), f"{tag}-project",
+                                                 images.labels("healthy", export="1"),
                                                  target=project_stage.group(1)).attrs)
-            build_stage(client, Path(tmp), tag, labels("healthy", export="1"))
+            build_stage(client, Path(tmp), tag, images.labels("healthy", export="1"))
         self.built += 1
         manifest = run_collector(client, tag)
         return manifest | {"image": image} if image is not None else manifest
@@ -425,12 +313,10 @@ def build_stage(client, context: Path, tag: str, image_labels: dict[str, str],
 
 def run_collector(client, image: str) -> dict:
     """The verifier's --collect output in a fresh, network-less container of `image`."""
-    from miner.images import labels, tar_one
-
     container = client.containers.create(image, ["bash", "-c", COLLECT], network_disabled=True,
-                                          labels=labels("fork", purpose="export-manifest"))
+                                          labels=images.labels("fork", purpose="export-manifest"))
     try:
-        container.put_archive("/tmp", tar_one("miner-verifier.py", asset("verifier.py")))
+        container.put_archive("/tmp", images.tar_one("miner-verifier.py", asset("verifier.py")))
         container.start()
         status = container.wait(timeout=MANIFEST_TIMEOUT)
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
@@ -487,7 +373,7 @@ def test_files(ts: TaskSource) -> dict[str, Path]:
         cut = next((i for i, p in enumerate(parts[:-1]) if p in TEST_DIR_NAMES), None)
         test_roots.add("/".join(parts[: cut + 1]) if cut is not None else "/".join(parts))
     wanted: dict[str, Path] = {}
-    for path in _walk(root):
+    for path in walk(root):
         if not path.is_file() or path.is_symlink():
             continue
         rel = path.relative_to(root).as_posix()
@@ -580,6 +466,15 @@ def compose_override(service: str = "main") -> str:
     return COMPOSE_OVERRIDE.format(service=service)
 
 
+def instruction(ts: TaskSource) -> str:
+    """instruction.md: the task's symptom-based instruction (a generic one when none was written)."""
+    text = ts.task.instruction.strip() or (
+        "The Python project in /sandbox/project no longer passes its test suite: its environment is broken. "
+        "Repair the environment so that the tests pass again, without changing the project's source or test files."
+    )
+    return text + "\n"
+
+
 def solve_script(task: Task) -> str:
     """solution/solve.sh: the fix script, run the way miner validated it (env file, project folder)."""
     return (
@@ -649,7 +544,8 @@ class SourceLoader:
             self.projects[key] = self._fetch(task)
         project, spec, healthy = self.projects[key]
         dockerized = task.backend == "docker" and (project.path / "Dockerfile").is_file()
-        if not dockerized and any(p.kind in ("command", "http") for p in task.probes if p.id in set(task.f2p + task.p2p)):
+        judged = set(task.f2p + task.p2p)
+        if not dockerized and any(p.kind in ("command", "http") for p in task.probes if p.id in judged):
             raise ExportError("the task checks an image's CMD or service but its project has no Dockerfile")
         return TaskSource(task=task, project=project, spec=spec, healthy=healthy, name=task_slug(task),
                           dockerized=dockerized)
@@ -673,100 +569,3 @@ class SourceLoader:
         except Exception as exc:  # BuildError: an interpreter override the image cannot honour
             raise ExportError(f"no build recipe for {task.repo}: {exc}") from None
         return project, spec, healthy
-
-
-def select_tasks(store, types: Iterable[str] = (), repo: str | None = None,
-                 difficulty: str | None = None, limit: int | None = None) -> list[Task]:
-    """Stored tasks matching any of the types (exact id or family), the repo and difficulty; oldest first."""
-    chosen: dict[str, Task] = {}
-    for type_spec in list(types) or [None]:
-        for task in store.list_tasks(type_spec, repo=repo, difficulty=difficulty):
-            chosen.setdefault(task.id, task)
-    ordered = sorted(chosen.values(), key=lambda t: (t.created, t.id))
-    return ordered[:limit] if limit is not None else ordered
-
-
-# -- the bulk export ------------------------------------------------------------------------------
-
-
-@dataclass
-class TaskOutcome:
-    task_id: str
-    name: str
-    status: str  # written | updated | unchanged | kept | failed
-    reason: str = ""
-    seconds: float = 0.0
-    bytes: int = 0
-
-
-@dataclass
-class ExportSummary:
-    format: str
-    out: Path
-    outcomes: list[TaskOutcome] = field(default_factory=list)
-    seconds: float = 0.0
-    images_built: int = 0
-
-    def count(self, status: str) -> int:
-        return sum(1 for o in self.outcomes if o.status == status)
-
-    @property
-    def failed(self) -> list[TaskOutcome]:
-        return [o for o in self.outcomes if o.status == "failed"]
-
-
-Progress = Callable[[TaskOutcome], None]
-
-
-def tree_bytes(files: dict[str, bytes | str]) -> int:
-    return sum(len(v) for v in files.values())
-
-
-def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportOptions,
-                 on_task: Progress | None = None, client=None) -> ExportSummary:
-    """Export tasks to `out` in one format; a task that cannot be exported is reported, not fatal."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    from miner.export import harbor, jsonl, tb1
-
-    start = time.monotonic()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    summary = ExportSummary(format=fmt, out=out)
-    cache = Path(options.cache_dir) if options.cache_dir else store.cache_root
-    loader = SourceLoader(store, cache)
-    pip = PipForwarding.from_host()
-    manifests = ManifestCache(cache / "export-manifests", client)
-    records: list[dict] = []
-    for task in tasks:
-        began = time.monotonic()
-        outcome = TaskOutcome(task_id=task.id, name=task_slug(task), status="failed")
-        try:
-            if fmt == "jsonl":
-                ts = loader.load(task)
-                record = jsonl.task_record(ts, options, pip)
-                records.append(record)
-                outcome.status, outcome.bytes = "written", len(json.dumps(record))
-            else:
-                dest = out / outcome.name
-                if dest.exists() and not options.overwrite:
-                    outcome.status = "kept"
-                else:
-                    ts = loader.load(task)
-                    module = harbor if fmt == "harbor" else tb1
-                    files = module.task_files(ts, options, pip, manifests)
-                    outcome.status = place_tree(dest, files, options.overwrite)
-                    outcome.bytes = tree_bytes(files)
-        except ExportError as exc:
-            outcome.reason = str(exc)
-        outcome.seconds = round(time.monotonic() - began, 3)
-        summary.outcomes.append(outcome)
-        if on_task is not None:
-            on_task(outcome)
-    if fmt == "jsonl":
-        written = jsonl.write_records(out / jsonl.FILE_NAME, records, options.overwrite)
-        for outcome in summary.outcomes:
-            outcome.status = written.get(f"{options.org}__{outcome.name}", outcome.status)
-    summary.images_built = manifests.built
-    summary.seconds = round(time.monotonic() - start, 3)
-    return summary

@@ -6,8 +6,8 @@ The exported Dockerfile rebuilds what the Docker backend validated, from the tas
     <the project's Dockerfile>         its COPY/ADD sources read from miner-context, its
                                        BASE_IMAGE argument defaulting to the export's base image,
                                        its last stage named (miner-project unless it has a name)
-    FROM miner-project AS healthy      the layer the backend adds (sandbox.docker.DOCKERIZED): the
-                                       WORKDIR moved to /sandbox/project, a venv seeing the
+    FROM miner-project AS healthy      the layout stage the backend adds (miner.sandbox.docker.layout):
+                                       the WORKDIR moved to /sandbox/project, a venv seeing the
                                        image's packages with the test tooling installed
     FROM healthy + break layer         as for every task
 
@@ -25,7 +25,8 @@ from pathlib import Path
 
 from docker.utils.build import exclude_paths
 
-from miner.sandbox.docker import image_facts
+from miner.export.archive import project_tarball
+from miner.sandbox.docker.layout import image_facts
 
 PROJECT_STAGE = "miner-project"
 CONTEXT_STAGE = "miner-context"
@@ -89,7 +90,8 @@ def _rewrite_copy(line: str) -> str:
     if keyword.upper() == "ADD" and any(s.startswith(_REMOTE) for s in sources):
         return line
     # ADD extracts local archives; COPY --from would not: keep that behaviour visible.
-    if keyword.upper() == "ADD" and any(s.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")) for s in sources):
+    archives = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+    if keyword.upper() == "ADD" and any(s.endswith(archives) for s in sources):
         raise DockerfileError(f"ADD of a local archive cannot be rewritten: {line}")
     kept = [f for f in flags if not f.startswith(("--link", "--checksum", "--keep-git-dir"))]
     return "COPY " + " ".join([f"--from={CONTEXT_STAGE}", *kept]) + " " + json.dumps([*map(_source, sources), dest])
@@ -135,12 +137,10 @@ def context_tarball(root: Path, tarball: bytes) -> bytes:
     patterns = [p.strip() for p in ignore.read_text(errors="replace").splitlines()
                 if p.strip() and not p.strip().startswith("#")]
     keep = {p.replace("\\", "/") for p in exclude_paths(str(root), patterns)}
-    from miner.export.common import project_tarball
-
     return project_tarball(root, include=lambda rel: rel in keep)
 
 
 def image_config(attrs: dict) -> dict:
     """What the verifier needs of the project image's config to run its derived probes (as the
-    Docker backend reads it: miner.sandbox.docker.image_facts)."""
+    Docker backend reads it: miner.sandbox.docker.layout.image_facts)."""
     return image_facts(attrs.get("Config") or {})

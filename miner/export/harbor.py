@@ -9,7 +9,7 @@
       tests/...             verifier.py, verifier_pytest.py, probe.py, spec.json, manifest.json, originals/
       solution/solve.sh     the validated fix script
 
-    files = task_files(ts, options, pip, manifests)   # folder-relative path -> bytes
+Registered as the format "harbor" (miner.export.registry).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from __future__ import annotations
 import tomli_w
 
 from miner import __version__
+from miner.export.archive import project_tarball
 from miner.export.common import (
+    CATEGORY,
     ExportOptions,
     ManifestCache,
     PipForwarding,
@@ -27,16 +29,16 @@ from miner.export.common import (
     dockerfile,
     environment_files,
     healthy_stage,
-    project_tarball,
+    instruction,
     pytest_args,
     solve_script,
     test_script,
     verifier_files,
     verifier_timeout,
 )
+from miner.export.registry import FolderFormat, register
 
 SCHEMA_VERSION = "1.1"
-CATEGORY = "environment-repair"
 
 
 def task_name(ts: TaskSource, options: ExportOptions) -> str:
@@ -85,14 +87,6 @@ def task_config(ts: TaskSource, options: ExportOptions) -> dict:
     }
 
 
-def instruction(ts: TaskSource) -> str:
-    text = ts.task.instruction.strip() or (
-        "The Python project in /sandbox/project no longer passes its test suite: its environment is broken. "
-        "Repair the environment so that the tests pass again, without changing the project's source or test files."
-    )
-    return text + "\n"
-
-
 def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
                manifests: ManifestCache) -> dict[str, bytes]:
     """Every file of the task folder, by folder-relative path."""
@@ -110,3 +104,12 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     files |= {f"environment/{k}": v for k, v in context.items()}
     files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest).items()}
     return files
+
+
+@register("harbor")
+class Harbor(FolderFormat):
+    """Harbor task folders (Terminal-Bench 2.0)."""
+
+    def task_files(self, ts: TaskSource, options: ExportOptions, pip: PipForwarding,
+                   manifests: ManifestCache) -> dict[str, bytes]:
+        return task_files(ts, options, pip, manifests)

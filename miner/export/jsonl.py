@@ -8,61 +8,33 @@ difficulty_score, dockerfile, break_script, fix_script, test_command, probes, su
 `dockerfile` builds the broken environment with a checkout of repo@base_commit as its build
 context: the install and break scripts are embedded in it (base64), nothing else is needed.
 Rewriting the file is idempotent: records are keyed by instance_id and written sorted.
+Registered as the format "jsonl" (miner.export.registry).
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import uuid
 from pathlib import Path
 
 from miner import __version__
-from miner.export.common import (
-    ENV_FILE,
-    PROJECT_DIR,
-    ExportOptions,
-    PipForwarding,
-    TaskSource,
-    build_files,
-    final_lines,
-    healthy_stage,
-)
-from miner.images import break_dockerfile
+from miner.export.common import ENV_FILE, ExportOptions, PipForwarding, TaskSource, final_lines, healthy_stage
+from miner.export.registry import RecordsFormat, register
+from miner.sandbox.docker.layout import break_dockerfile
 
 FILE_NAME = "tasks.jsonl"
 
 
-def _write_line(files: dict[str, str], folder: str) -> str:
-    parts = [f"mkdir -p {folder}"]
-    for name, text in sorted(files.items()):
-        blob = base64.b64encode(text.encode()).decode()
-        parts.append(f"echo {blob} | base64 -d > {folder}/{os.path.basename(name)}")
-    return "RUN " + " \\\n    && ".join(parts)
-
-
 def checkout_dockerfile(ts: TaskSource, options: ExportOptions) -> str:
-    """A Dockerfile whose build context is the project checkout itself (no other files needed)."""
+    """A Dockerfile whose build context is the project checkout itself (no other files needed):
+    the layout's build files and the break script are written by the Dockerfile."""
     stage = healthy_stage(ts, options.base_image, PipForwarding(), checkout=True)
-    lines = []
-    for line in stage.splitlines():
-        if line.startswith("ADD ") and "project.tar.gz" in line:
-            lines.append(f"COPY . {PROJECT_DIR}/")
-        elif line.startswith("COPY ") and "build/" in line:
-            lines.append(_write_line(build_files(ts), "/sandbox/.build"))
-        elif line.startswith("RUN bash /sandbox/.build/build.sh"):
-            lines.append(f"RUN bash /sandbox/.build/build.sh && rm -rf {PROJECT_DIR}/.git /sandbox/.build" if ts.dockerized
-                         else f"RUN rm -rf {PROJECT_DIR}/.git && bash /sandbox/.build/build.sh && rm -rf /sandbox/.build")
-        else:
-            lines.append(line)
-    breaking = break_dockerfile("healthy", "break.sh").replace(
-        "COPY break.sh /tmp/break.sh\n", _write_line({"break.sh": ts.task.break_script}, "/tmp") + "\n")
+    breaking = break_dockerfile("healthy", "break.sh", script=ts.task.break_script)
     header = f"# miner task {ts.task.id}: build context = a checkout of {ts.task.repo} at {ts.task.commit}\n"
-    return header + "\n".join(lines) + "\n\n" + breaking + final_lines(ts)
+    return header + stage + "\n" + breaking + final_lines(ts)
 
 
-def task_record(ts: TaskSource, options: ExportOptions, pip: PipForwarding | None = None) -> dict:
+def task_record(ts: TaskSource, options: ExportOptions) -> dict:
     """The JSON record of one task."""
     task = ts.task
     return {
@@ -114,3 +86,16 @@ def write_records(path: Path, records: list[dict], overwrite: bool) -> dict[str,
             handle.write(json.dumps(existing[key], sort_keys=True) + "\n")
     tmp.replace(path)
     return status
+
+
+@register("jsonl")
+class JsonLines(RecordsFormat):
+    """One JSON record per task in tasks.jsonl."""
+
+    file_name = FILE_NAME
+
+    def task_record(self, ts: TaskSource, options: ExportOptions) -> dict:
+        return task_record(ts, options)
+
+    def write_records(self, path: Path, records: list[dict], overwrite: bool) -> dict[str, str]:
+        return write_records(path, records, overwrite)

@@ -12,13 +12,16 @@
 The TB1 harness needs tmux and asciinema in the image, so a first stage installs them with apt.
 Its tests run in a tmux session whose server is not an ancestor of the verifier, so the
 verifier does not kill stray processes here (Harbor runs it with that protection on).
+Registered as the format "terminal-bench" (miner.export.registry).
 """
 
 from __future__ import annotations
 
 import yaml
 
+from miner.export.archive import project_tarball
 from miner.export.common import (
+    CATEGORY,
     ExportOptions,
     ManifestCache,
     PipForwarding,
@@ -27,14 +30,14 @@ from miner.export.common import (
     dockerfile,
     environment_files,
     healthy_stage,
-    project_tarball,
+    instruction,
     pytest_args,
     solve_script,
     test_script,
     verifier_files,
     verifier_timeout,
 )
-from miner.export.harbor import CATEGORY, instruction
+from miner.export.registry import FolderFormat, register
 
 TOOLS_STAGE = (
     "FROM {base} AS tools\n"
@@ -117,3 +120,12 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     files |= {f"environment/{k}": v for k, v in context.items()}
     files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest).items()}
     return files
+
+
+@register("terminal-bench")
+class TerminalBench(FolderFormat):
+    """Terminal-Bench 1.0 task folders."""
+
+    def task_files(self, ts: TaskSource, options: ExportOptions, pip: PipForwarding,
+                   manifests: ManifestCache) -> dict[str, bytes]:
+        return task_files(ts, options, pip, manifests)

@@ -1,7 +1,7 @@
 """Sandbox backends behind one interface (see base.py); `get_backend` picks one by name.
 
     backend = get_backend("local")          # bubblewrap workspaces
-    backend = get_backend("docker")         # containers (miner.sandbox.docker)
+    backend = get_backend("docker")         # containers (the miner.sandbox.docker package)
     backend = get_backend("auto")           # docker when an engine answers, else local
 """
 

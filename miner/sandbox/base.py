@@ -7,18 +7,34 @@ Every backend exposes the same fixed layout inside the sandbox (see miner.models
   /sandbox/project   the project's files          ($MINER_PROJECT)
   /sandbox/venv      its virtual environment       ($MINER_VENV, $MINER_PYTHON)
   /sandbox/env.sh    the environment file sourced before every command ($MINER_ENV_FILE)
-plus $MINER_SITE_PACKAGES. Break and fix scripts are written against these variables only.
+plus $MINER_SITE_PACKAGES. Break and fix scripts are written against these variables only
+(`miner_env` gives them; `render_env_file` writes the environment file, for every backend).
 """
 
 from __future__ import annotations
 
 import abc
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typing import Any
+from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, Probe, Project, RunResult, TestResult
 
-from miner.models import Probe, Project, RunResult, Target, TestResult
+
+def miner_env(site_packages: str = "") -> dict[str, str]:
+    """The MINER_* variables every command of every backend sees (MINER_SITE_PACKAGES when known)."""
+    env = {"MINER_PROJECT": PROJECT_DIR, "MINER_VENV": VENV_DIR, "MINER_PYTHON": f"{VENV_DIR}/bin/python",
+           "MINER_ENV_FILE": ENV_FILE}
+    if site_packages:
+        env["MINER_SITE_PACKAGES"] = site_packages
+    return env
+
+
+def render_env_file(env: dict[str, str]) -> str:
+    """The /sandbox/env.sh text: one shell-quoted export per healthy variable."""
+    lines = ["# miner: the healthy environment, sourced before every command"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    return "\n".join(lines) + "\n"
 
 
 class SandboxError(Exception):
@@ -43,8 +59,8 @@ class Capabilities:
 
     scan_roots    the roots a break may touch: the answer-leak rule (6) looks for copies of what
                   a break changed under all of them
-    scan_exclude  paths under those roots that are never scanned (pseudo-filesystems, miner's own
-                  scratch folder)
+    scan_exclude  paths (shell patterns) under those roots that are never scanned: pseudo-filesystems,
+                  miner's own scratch files, journals that are no copy of an answer
     network_cut   commands run with no network unless a step asks for it
     cow_forks     forks are copy-on-write (cheap) rather than full copies
     system        the backend sees and may break what lies beneath the project (shared libraries,
@@ -147,8 +163,8 @@ class Backend(abc.ABC):
     def discard(self, healthy: Healthy) -> None:
         """Forget a healthy environment (its workspace or image)."""
 
-    # Optional capabilities: a backend that sees more than the project (a container's command,
-    # its ports, the system beneath) derives checks and targets from it. None by default.
+    # What a backend sees beyond the project (a container's command, its ports, the system
+    # beneath): derived checks, and an observation the inverters turn into targets. None here.
     def derived_probes(self, healthy: Healthy) -> list[Probe]:
         """Checks derived from the healthy environment itself (a container's CMD, HEALTHCHECK, ports)."""
         return []
@@ -157,11 +173,10 @@ class Backend(abc.ABC):
         """Results of the derived probes among `probes` on a sandbox."""
         return {}
 
-    def observe(self, healthy: Healthy) -> dict[str, Any] | None:
-        """What the backend sees beneath the project (the system inventory, a service's observed
-        behaviour), recorded in the healthy state; None when it sees nothing more."""
-        return None
+    def observe(self, healthy: Healthy) -> dict | None:
+        """What the backend sees beneath the project of a healthy environment, or None.
 
-    def backend_targets(self, healthy: Healthy) -> tuple[dict[str, Any] | None, list[Target]]:
-        """The system inventory (for the graph) and the targets beneath the project (system, service)."""
-        return None, []
+        Facts only (paths, names, versions, config keys and values, never file contents):
+        miner.inverters.system decides what of it to break. Kept as HealthyState.system.
+        """
+        return None

@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import asdict
@@ -39,9 +40,12 @@ from miner.sandbox.base import (
     BackendUnavailable,
     BuildError,
     BuildSpec,
+    Capabilities,
     Healthy,
     Limits,
     Sandbox,
+    miner_env,
+    render_env_file,
 )
 
 BWRAP = "/usr/bin/bwrap"
@@ -284,17 +288,8 @@ class Confinement:
         self.pip_cache = pip_cache
 
     def env(self, network: bool) -> dict[str, str]:
-        env = {
-            "HOME": f"{SANDBOX_ROOT}/home",
-            "PATH": SANDBOX_PATH,
-            "LANG": "C.UTF-8",
-            "VIRTUAL_ENV": VENV_DIR,
-            "MINER_PROJECT": PROJECT_DIR,
-            "MINER_VENV": VENV_DIR,
-            "MINER_PYTHON": f"{VENV_DIR}/bin/python",
-            "MINER_SITE_PACKAGES": self.site_packages,
-            "MINER_ENV_FILE": ENV_FILE,
-        }
+        env = {"HOME": f"{SANDBOX_ROOT}/home", "PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "VIRTUAL_ENV": VENV_DIR,
+               **miner_env(), "MINER_SITE_PACKAGES": self.site_packages}
         if network:
             env |= {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in HOST_NETWORK_ENV}
             user_pip_conf = Path.home() / ".config" / "pip" / "pip.conf"
@@ -420,7 +415,8 @@ class LocalSandbox(Sandbox):
         keeping root's right to read what a break made unreadable.
         """
         argv = [BWRAP, *_root_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        argv += ["--bind", str(self.workspace.root), SANDBOX_ROOT, "--unshare-pid", "--unshare-net", "--die-with-parent"]
+        argv += ["--bind", str(self.workspace.root), SANDBOX_ROOT, "--unshare-pid", "--unshare-net",
+                 "--die-with-parent"]
         argv += ["sh", "-c", script, "sh", *args]
         for attempt in range(MOUNT_RACE_RETRIES + 1):
             done = subprocess.run(self.workspace.wrap(argv), input=data, capture_output=True, timeout=120)
@@ -482,6 +478,16 @@ class LocalBackend(Backend):
         if self.cow not in (None, "copy", "overlay"):
             raise ValueError(f"MINER_COW must be copy or overlay, not {self.cow!r}")
         self._overlay_mode: dict[Path, str | None] = {}
+        self._cow_probe: bool | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The project folder only (no system beneath it); copy-on-write forks when overlay mounts
+        work here (probed once in the temporary folder; forks probe their own folder too)."""
+        if self._cow_probe is None:
+            self._cow_probe = self.cow != "copy" and _probe_overlay(Path(tempfile.gettempdir())) is not None
+        return Capabilities(scan_roots=(SANDBOX_ROOT,), scan_exclude=(f"{SANDBOX_ROOT}/.miner",), network_cut=True,
+                            cow_forks=self._cow_probe, system=False)
 
     # -- build ---------------------------------------------------------------------------
 
@@ -545,7 +551,8 @@ class LocalBackend(Backend):
 
     def _healthy(self, project: Project, workdir: Path, site_packages: str, limits: Limits) -> Healthy:
         info = {"workdir": str(workdir), "pip_cache": str(self._pip_cache(workdir)), "limits": asdict(limits)}
-        return Healthy(backend=self.name, ref=str(workdir / "healthy"), project=project, site_packages=site_packages, info=info)
+        return Healthy(backend=self.name, ref=str(workdir / "healthy"), project=project, site_packages=site_packages,
+                       info=info)
 
     # -- fork ----------------------------------------------------------------------------
 
@@ -580,20 +587,14 @@ class LocalBackend(Backend):
             workspace = Workspace(folder / "ws")
         limits = Limits(**healthy.info["limits"]) if "limits" in healthy.info else Limits()
         pip_cache = Path(healthy.info["pip_cache"]) if healthy.info.get("pip_cache") else None
-        return LocalSandbox(healthy, folder, workspace, Confinement(workspace, limits, healthy.site_packages, pip_cache))
+        confinement = Confinement(workspace, limits, healthy.site_packages, pip_cache)
+        return LocalSandbox(healthy, folder, workspace, confinement)
 
     def discard(self, healthy: Healthy) -> None:
         workdir = Path(healthy.info.get("workdir", Path(healthy.ref).parent))
         (workdir / MARKER).unlink(missing_ok=True)
         rmtree(workdir / "forks")
         rmtree(Path(healthy.ref))
-
-
-def render_env_file(env: dict[str, str]) -> str:
-    """The /sandbox/env.sh text: one shell-quoted export per healthy variable."""
-    lines = ["# miner: the healthy environment, sourced before every command"]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
-    return "\n".join(lines) + "\n"
 
 
 def build_digest(project: Project, spec: BuildSpec) -> str:

@@ -9,7 +9,8 @@ Image kinds:
   base     a Debian base image made by `bootstrap_base` (debootstrap, no registry needed)
   project  a Dockerized project's own Dockerfile, built as is
   healthy  the project installed under /sandbox (one per project, commit and build recipe)
-  broken   healthy + one layer running a break script (`break_dockerfile`)
+  stage    the layout stage of a healthy image, before its site-packages is recorded
+  broken   healthy + one layer running a break script (layout.break_dockerfile)
 
 Builds go through the docker SDK (`client.images.build` with a context folder). The host's pip
 settings (index URLs, trusted hosts, CA bundle) are forwarded into builds so pip works behind a
@@ -18,8 +19,8 @@ TLS-inspecting proxy; local `file://` indexes and credentials are never forwarde
 
 from __future__ import annotations
 
+import hashlib
 import io
-import json
 import logging
 import os
 import re
@@ -40,7 +41,9 @@ import docker.errors
 import docker.utils
 from docker.models.images import Image
 
+from miner.models import content_id
 from miner.sandbox.base import BackendUnavailable, BuildError, SandboxError
+from miner.sandbox.docker.layout import HOST_CA_NAME, HOST_CA_PATH, break_dockerfile
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +53,6 @@ DEFAULT_BASE_IMAGE = "python:3.11-slim"
 BOOTSTRAP_TAG = "miner/base:bookworm"
 BOOTSTRAP_SUITE = "bookworm"
 BOOTSTRAP_PACKAGES = ["python3", "python3-venv", "python3-pip", "git", "ca-certificates"]
-HOST_CA_NAME = "host-ca.crt"
-HOST_CA_PATH = "/etc/ssl/certs/host-ca.crt"
 BUILD_LOG_TAIL = 60  # lines of build output kept in BuildError.log
 
 NO_ENGINE = (
@@ -83,15 +84,6 @@ def docker_client(timeout: int = 600) -> docker.DockerClient:
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise BackendUnavailable(NO_ENGINE.format(reason=reason)) from exc
     return client
-
-
-def engine_available() -> bool:
-    """True when a Docker engine answers (used by `--backend auto`)."""
-    try:
-        docker_client(timeout=10).close()
-    except BackendUnavailable:
-        return False
-    return True
 
 
 def find_image(client: docker.DockerClient, ref: str) -> Image | None:
@@ -257,8 +249,6 @@ class PipSettings:
     def fingerprint(self) -> dict[str, Any]:
         data = self.env()
         if self.cert and self.cert.is_file():
-            import hashlib
-
             data["cert_sha256"] = hashlib.sha256(self.cert.read_bytes()).hexdigest()
         return data
 
@@ -326,16 +316,12 @@ def host_pip_settings(python: str = sys.executable) -> PipSettings:
     return settings
 
 
-def pip_dockerfile_lines(settings: PipSettings, context: Path) -> list[str]:
-    """Dockerfile lines forwarding pip settings; copies the CA bundle into the build context."""
-    lines: list[str] = []
-    if settings.cert:
-        shutil.copyfile(settings.cert, context / HOST_CA_NAME)
-        lines.append(f"COPY {HOST_CA_NAME} {HOST_CA_PATH}")
-    env = settings.env()
-    if env:
-        lines.append("ENV " + " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(env.items())))
-    return lines
+def copy_host_ca(settings: PipSettings, context: Path) -> str:
+    """Copy the host's CA bundle into a build context when pip needs it; its context path, or ""."""
+    if not settings.cert:
+        return ""
+    shutil.copyfile(settings.cert, context / HOST_CA_NAME)
+    return HOST_CA_NAME
 
 
 # --- building ------------------------------------------------------------------------------
@@ -419,23 +405,6 @@ def unique_size(client: docker.DockerClient, image: str, parent: str) -> int:
     return max(0, image_size(client, image) - image_size(client, parent))
 
 
-def break_dockerfile(healthy_image: str, break_script_name: str = "break.sh") -> str:
-    """The Dockerfile of a broken snapshot: the healthy image plus the break script as one layer.
-
-    The script runs like every sandbox command (env file sourced, in $MINER_PROJECT, as root) and
-    is deleted in the same layer, so the snapshot's filesystem holds no copy of it. Exporters
-    reuse this text verbatim next to the script.
-    """
-    name = break_script_name
-    return (
-        f"FROM {healthy_image}\n"
-        "USER root\n"
-        f"COPY {name} /tmp/{name}\n"
-        f"RUN bash -c 'source /sandbox/env.sh; cd /sandbox/project && bash /tmp/{name}' "
-        f"&& rm -f /tmp/{name}\n"
-    )
-
-
 @dataclass
 class BrokenImage:
     """A built broken snapshot and the storage it adds over its healthy image."""
@@ -455,8 +424,6 @@ def build_broken_image(
     memory_mb: int | None = None,
 ) -> BrokenImage:
     """Build healthy + break script (cached by tag: same inputs, same image)."""
-    from miner.models import content_id
-
     healthy = client.images.get(healthy_image)
     tag = tag or f"miner/broken-{content_id(healthy.id, break_script)}:latest"
     existing = find_image(client, tag)

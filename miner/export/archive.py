@@ -1,0 +1,51 @@
+"""Deterministic archives of a project folder for exported build contexts.
+
+    data = project_tarball(root)          # .tar.gz with a top folder "project/", byte-stable
+
+Sorted entries, mtime 0, root-owned, modes kept, VCS data and caches left out: exporting twice
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".nox", ".hg", ".svn"}
+
+
+def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    return info
+
+
+def walk(root: Path) -> Iterable[Path]:
+    """Every folder and file under root, VCS data and caches left out."""
+    for folder, dirs, files in os.walk(root):
+        base = Path(folder)
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+        for name in dirs + files:
+            yield base / name
+
+
+def project_tarball(root: Path, prefix: str = "project", include: Callable[[str], bool] | None = None) -> bytes:
+    """A deterministic .tar.gz of the project folder (sorted, mtime 0, root-owned, modes kept);
+    `include` filters by project-relative path."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(str(root), arcname=prefix, recursive=False, filter=_tar_filter)
+        for path in sorted(walk(root), key=lambda p: p.relative_to(root).as_posix()):
+            if include is not None and not include(path.relative_to(root).as_posix()):
+                continue
+            tar.add(str(path), arcname=f"{prefix}/{path.relative_to(root).as_posix()}", recursive=False,
+                    filter=_tar_filter)
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, compresslevel=9, filename="") as handle:
+        handle.write(raw.getvalue())
+    return out.getvalue()

@@ -1,0 +1,185 @@
+"""Targets beneath the project (the system and service families), decided from what a backend saw.
+
+A pure function of the backend's observation (Backend.observe, kept as HealthyState.system; see
+miner.sandbox.docker.observe) plus the project folder on the host:
+
+    targets = system_targets(state.system) + service_targets(state.system, project.path, test_files)
+
+Rule 8 (recoverable): every target says where its healthy state is recovered from, in
+`attrs["evidence"]` (debian-archive, package-index, project-files or reversible) with what that
+needs (the package and version that installed a file, the distribution on the index, the project
+file that states a value), and nothing else: no copy of an original travels with a target, so the
+catalogue's fix scripts recover from the evidence. What has no evidence is not a target.
+
+syslib    a shared library an extension module the project imports loads (never the
+          interpreter's own nor a core library): soname, package, version, modules
+debpkg    a Debian package owning such libraries: version, libraries, modules
+system    role=interpreter-symlink (/usr/bin/python3, the venv's python: their targets still exist),
+          role=ca-bundle (rebuilt by update-ca-certificates), role=locale (C.utf8) and
+          role=zoneinfo (zones the project names): package and version of the file's package
+service   a Dockerized service (an image that EXPOSEs ports): role=port (a config line holding an
+          EXPOSEd port: the image states it), role=value (a config value its HTTP answer shows, that
+          another project file states next to its key), role=dependency (a module the running
+          service imports from site-packages, from the index or the Debian archive at its version)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from miner.inverters.procedural import wrong_value
+from miner.models import Target
+from miner.projectfiles import may_be_target, project_files
+
+# Libraries every process needs: breaking them breaks the shell that would run the fix. The
+# observation adds those the recovery tools load (apt, dpkg, tar, ...: "recovery_libraries").
+CORE_LIBRARIES = ("libc.so", "ld-linux", "libm.so", "libpthread", "libdl.so", "librt.so", "libutil.so",
+                  "libgcc_s", "libtinfo", "libselinux", "libpcre2", "libacl", "libattr", "libcrypt.so", "libz.so")
+EVIDENCE_FILE_BYTES = 256 * 1024  # project files larger than this are not read for stated values
+
+
+def _core(soname: str, recovery: set[str] = frozenset()) -> bool:
+    return soname.startswith(CORE_LIBRARIES) or soname in recovery
+
+
+def _can_reinstall(observation: dict[str, Any]) -> bool:
+    """Whether Debian packages can be reinstalled from the archive in this environment."""
+    return bool(observation.get("dpkg") and (observation.get("tools") or {}).get("apt-get"))
+
+
+def _debian(package: str | None, version: str | None) -> dict[str, Any] | None:
+    if not package or not version:
+        return None
+    return {"package": package, "version": version, "evidence": "debian-archive"}
+
+
+def system_targets(observation: dict[str, Any] | None) -> list[Target]:
+    """Targets of the system family (see the module docstring); [] without an observation."""
+    if not observation:
+        return []
+    archive = _can_reinstall(observation)
+    interpreter = set(observation.get("extensions", {}).get("interpreter", {}).get("libraries", []))
+    recovery = set(observation.get("recovery_libraries") or [])
+    loaded = set(observation.get("loaded") or [])
+    packages = observation.get("packages", {})
+    targets: list[Target] = []
+    owners: dict[str, list[dict[str, Any]]] = {}
+    for soname, lib in sorted(observation.get("libraries", {}).items()):
+        users = [u for u in lib.get("used_by", []) if u != "interpreter" and (not loaded or u in loaded)]
+        package = lib.get("package")
+        found = _debian(package, packages.get(package or "", {}).get("version")) if archive else None
+        if not users or soname in interpreter or _core(soname, recovery) or not lib.get("path") or found is None:
+            continue
+        attrs = {"soname": soname, "modules": lib.get("modules", []), **found}
+        targets.append(Target(kind="syslib", name=soname, path=lib["path"], attrs=attrs))
+        owners.setdefault(package, []).append(lib)
+    for package, libs in sorted(owners.items()):
+        if any(_core(lib["soname"], recovery) or lib["soname"] in interpreter for lib in libs):
+            continue
+        modules = sorted({m for lib in libs for m in lib.get("modules", [])})
+        attrs = {"libraries": [lib["soname"] for lib in libs], "modules": modules,
+                 **_debian(package, packages[package]["version"])}
+        targets.append(Target(kind="debpkg", name=package.split(":")[0], attrs=attrs))
+    return targets + _system_files(observation, archive)
+
+
+def _system_files(observation: dict[str, Any], archive: bool) -> list[Target]:
+    system = observation.get("system", {})
+    tools = observation.get("tools") or {}
+    targets = []
+    for key in ("python_symlink", "venv_python"):
+        entry = system.get(key) or {}
+        if entry.get("target") and entry.get("exists"):
+            attrs = {"role": "interpreter-symlink", "link_target": entry["target"], "evidence": "reversible"}
+            targets.append(Target(kind="system", name=key.replace("_", "-"), path=entry["path"], attrs=attrs))
+    bundle = system.get("ca_bundle") or {}
+    if bundle.get("exists") and tools.get("update-ca-certificates"):
+        targets.append(Target(kind="system", name="ca-bundle", path=bundle["path"],
+                              attrs={"role": "ca-bundle", "evidence": "reversible"}))
+    locale = system.get("locale") or {}
+    found = _debian(locale.get("package"), locale.get("version")) if archive else None
+    if locale.get("exists") and found:
+        targets.append(Target(kind="system", name="locale:C.utf8", path=locale["path"],
+                              attrs={"role": "locale", "locale": "C.UTF-8", **found}))
+    for zone in observation.get("zones", []):
+        owner = (observation.get("zone_packages") or {}).get(zone) or {}
+        found = _debian(owner.get("package"), owner.get("version")) if archive else None
+        if found:
+            targets.append(Target(kind="system", name=f"zoneinfo:{zone}", path=f"/usr/share/zoneinfo/{zone}",
+                                  attrs={"role": "zoneinfo", "zone": zone, **found}))
+    return targets
+
+
+def stated_in(root: Path, key: str, value: str, exclude: str) -> list[str]:
+    """Project files (but `exclude`) with a line naming both `key` and `value`: where the project
+    states the value (a README, an example config, a default in the code)."""
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(key)}(?![\w-]).*(?<![\w.-]){re.escape(value)}(?![\w-])")
+    found = []
+    for rel in project_files(root):
+        path = root / rel
+        if rel == exclude or path.stat().st_size > EVIDENCE_FILE_BYTES:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if any(pattern.search(line) for line in text.splitlines()):
+            found.append(rel)
+    return found
+
+
+def _config_target(entry: dict[str, Any], ports: set[str], root: Path) -> Target | None:
+    value, key, rel = entry["value"], entry["key"], entry["path"]
+    if value in ports:
+        role, new, where = "port", str(int(value) + 1), ["the image's EXPOSE"]
+    elif entry.get("answered") and len(value) >= 3 and not value.isdigit():
+        role, new, where = "value", wrong_value(value), stated_in(root, key, value, rel)
+        if not where:
+            return None  # nothing but the config file itself holds the value: unrecoverable
+    else:
+        return None
+    attrs = {"role": role, "key": key, "value": value, "new_value": new, "line": entry["line"],
+             "evidence": "project-files", "stated_in": where}
+    return Target(kind="service", name=f"{role}:{rel}:{key}", path=rel, attrs=attrs)
+
+
+def _dependency(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """How a module the service imports is recovered: its distribution from the index (installed
+    by pip, with pip there to reinstall it) or its Debian package from the archive."""
+    python, debian = entry.get("python") or {}, entry.get("debian") or {}
+    if python.get("installer") == "pip" and python.get("pip") and python.get("version"):
+        return {"dist": python["dist"], "version": python["version"], "python": python["python"],
+                "evidence": "package-index"}
+    return _debian(debian.get("package"), debian.get("version"))
+
+
+def service_targets(observation: dict[str, Any] | None, root: Path,
+                    test_files: Iterable[str] = ()) -> list[Target]:
+    """Targets of the service family (see the module docstring); [] unless a service was observed."""
+    service = (observation or {}).get("service")
+    if not service:
+        return []
+    ports = {str(p) for p in service.get("ports", [])}
+    tests = set(test_files)
+    targets = []
+    for entry in service.get("config", []):
+        if may_be_target(entry["path"], tests) and (target := _config_target(entry, ports, Path(root))):
+            targets.append(target)
+    seen: set[str] = set()
+    for entry in sorted(service.get("imports", []), key=lambda e: (e["module"].count("."), e["module"])):
+        found = _dependency(entry)
+        owner = found and (found.get("dist") or found.get("package"))
+        if not found or owner in seen:
+            continue
+        seen.add(owner)
+        targets.append(Target(kind="service", name=f"dependency:{entry['module']}", path=entry["path"],
+                              attrs={"role": "dependency", "module": entry["module"], **found}))
+    return targets
+
+
+def targets_beneath(observation: dict[str, Any] | None, root: Path, test_files: Iterable[str] = ()) -> list[Target]:
+    """Every target beneath the project: the system family's and the service family's."""
+    return system_targets(observation) + service_targets(observation, root, test_files)
