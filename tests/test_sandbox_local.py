@@ -120,6 +120,51 @@ def test_confined(built: tuple[LocalBackend, Healthy, Path]) -> None:
         assert box.run("touch /tmp/scratch && touch /sandbox/project/ok").exit_code == 0
 
 
+def test_home_folders_and_password_hashes_are_hidden(built: tuple[LocalBackend, Healthy, Path]) -> None:
+    """What an agent's command could read and send away: the users' homes and /etc/shadow show
+    nothing inside, while the interpreter the venv was made from (under /root on pyenv
+    machines) still runs."""
+    backend, healthy, _ = built
+    secret = Path.home() / f".miner-secret-{time.time_ns()}"
+    secret.write_text("token-that-must-not-leak")
+    try:
+        with backend.fork(healthy) as box:
+            assert "token-that-must-not-leak" not in box.run(f"cat {secret} 2>&1; ls -A {Path.home()}").output
+            assert "root:" not in box.run("cat /etc/shadow 2>&1").output
+            works = box.run("python -c 'import json, sqlite3; print(json.dumps(1))'")
+            assert works.exit_code == 0 and works.output.strip() == "1", works.output
+    finally:
+        secret.unlink()
+
+
+def test_cpu_quota_applied(built: tuple[LocalBackend, Healthy, Path]) -> None:
+    """Limits.cpus is a CFS quota on the command's own cpu cgroup (where the host lets miner make
+    one): seen from the host while the command runs."""
+    import threading
+
+    from miner.sandbox.local import CommandCgroups
+
+    base = CommandCgroups.base("cpu")
+    if base is None:
+        need("cgroups", "no writable cpu cgroup hierarchy here")
+    _, healthy, _ = built
+    half = Healthy(backend="local", ref=healthy.ref, project=healthy.project, site_packages=healthy.site_packages,
+                   info={**healthy.info, "limits": {"timeout": 60, "memory_mb": 1024, "processes": 64, "cpus": 0.37}})
+    with LocalBackend().fork(half) as box:
+        running = threading.Thread(target=box.run, args=("sleep 4",))
+        running.start()
+        quotas = set()
+        for _ in range(30):
+            time.sleep(0.1)
+            for group in base.glob("miner-*"):
+                procs = (group / "cgroup.procs").read_text().split() if (group / "cgroup.procs").exists() else []
+                quota = group / ("cpu.cfs_quota_us" if (group / "cpu.cfs_quota_us").exists() else "cpu.max")
+                if procs and quota.exists():
+                    quotas.add(quota.read_text().split()[0])
+        running.join()
+    assert "37000" in quotas, quotas
+
+
 def test_network_when_asked(built: tuple[LocalBackend, Healthy, Path]) -> None:
     backend, healthy, _ = built
     with backend.fork(healthy) as box:

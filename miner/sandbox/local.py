@@ -53,6 +53,8 @@ MARKER = "build.json"  # in WORKDIR, next to healthy/: present only once a build
 SKIPPED_ROOT_ENTRIES = {"proc", "dev", "tmp", "sys", "sandbox"}
 # Host daemons' sockets (/run) and running containers' file systems (/var/lib/docker).
 MASKED_DIRS = ("/run", "/var/run", "/var/lib/docker")
+HIDDEN_HOMES = ("/root", "/home")  # replaced by empty folders, but for the paths a sandbox needs
+HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow")
 MAX_OUTPUT = 2_000_000  # characters of command output kept (the tail)
 HOST_NETWORK_ENV = (  # host variables passed through only to commands that have network
     "REQUESTS_CA_BUNDLE",
@@ -103,12 +105,15 @@ def rmtree(path: Path) -> None:
         shutil.rmtree(path, onerror=fix_and_retry)
 
 
-def _root_binds() -> list[str]:
+def _root_binds(keep: tuple[str, ...] = ()) -> list[str]:
     """Rebuild the host's root read-only, entry by entry, so /sandbox can be created in it.
 
     /run is replaced by an empty tmpfs: it holds the host's daemon sockets (Docker, containerd,
     databases), which a read-only bind would still let a command connect to. /var/lib/docker
-    is hidden too: it holds the file systems of running containers.
+    is hidden too: it holds the file systems of running containers. The users' home folders
+    (/root, /home: keys, tokens, other work) and the password hashes are hidden as well, so
+    nothing run inside, an agent's command least of all, can read them; `keep` are the paths
+    under them the sandbox needs (the interpreter the venv was made from, pip's config).
     """
     args: list[str] = []
     for entry in sorted(os.listdir("/")):
@@ -117,7 +122,7 @@ def _root_binds() -> list[str]:
         path = f"/{entry}"
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
-        elif path in MASKED_DIRS:
+        elif path in MASKED_DIRS or path in HIDDEN_HOMES:
             args += ["--tmpfs", path]  # not bound at all: nothing of it to copy, nothing to race
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
@@ -127,7 +132,23 @@ def _root_binds() -> list[str]:
     resolv = os.path.realpath("/etc/resolv.conf")
     if any(resolv.startswith(m + "/") for m in MASKED_DIRS) and os.path.isfile(resolv):
         args += ["--ro-bind", resolv, resolv]  # name resolution for commands with network
+    for secret in HIDDEN_FILES:
+        if os.path.isfile(secret):
+            args += ["--ro-bind", "/dev/null", secret]
+    for path in keep:
+        if os.path.exists(path) and any(path.startswith(home + "/") for home in HIDDEN_HOMES):
+            args += ["--ro-bind", path, path]
+    for home in HIDDEN_HOMES:  # empty, and read-only like the rest of the host
+        if os.path.isdir(home) and not os.path.islink(home):
+            args += ["--remount-ro", home]
     return args
+
+
+def host_paths_needed(python: str) -> tuple[str, ...]:
+    """Host paths under the hidden home folders that sandboxed commands need: the installation
+    of the interpreter the venv is made from, and the user's pip configuration."""
+    prefix = Path(os.path.realpath(python)).parent.parent
+    return tuple(str(p) for p in (prefix, Path.home() / ".config" / "pip") if p.exists())
 
 
 class CommandCgroups:
@@ -281,11 +302,13 @@ class Workspace:
 class Confinement:
     """Builds bwrap command lines for one workspace."""
 
-    def __init__(self, workspace: Workspace, limits: Limits, site_packages: str, pip_cache: Path | None) -> None:
+    def __init__(self, workspace: Workspace, limits: Limits, site_packages: str, pip_cache: Path | None,
+                 keep: tuple[str, ...] = ()) -> None:
         self.workspace = workspace
         self.limits = limits
         self.site_packages = site_packages
         self.pip_cache = pip_cache
+        self.keep = keep  # host paths under the hidden home folders the sandbox needs
 
     def env(self, network: bool) -> dict[str, str]:
         env = {"HOME": f"{SANDBOX_ROOT}/home", "PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "VIRTUAL_ENV": VENV_DIR,
@@ -300,7 +323,7 @@ class Confinement:
         return env
 
     def bwrap(self, network: bool, interactive: bool = False) -> list[str]:
-        args = [BWRAP, *_root_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        args = [BWRAP, *_root_binds(self.keep), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         args += ["--bind", str(self.workspace.root), SANDBOX_ROOT]
         if network and self.pip_cache is not None:
             args += ["--bind", str(self.pip_cache), str(self.pip_cache)]
@@ -506,13 +529,13 @@ class LocalBackend(Backend):
         if marker.is_file() and healthy_dir.is_dir():
             recorded = json.loads(marker.read_text())
             if recorded.get("digest") == digest:
-                return self._healthy(project, workdir, recorded["site_packages"], spec.limits)
+                return self._healthy(project, workdir, recorded["site_packages"], spec)
         marker.unlink(missing_ok=True)
         rmtree(healthy_dir)
         rmtree(workdir / "forks")
         site_packages = self._build_fresh(project, spec, workdir)
         marker.write_text(json.dumps({"digest": digest, "site_packages": site_packages, "built": time.time()}))
-        return self._healthy(project, workdir, site_packages, spec.limits)
+        return self._healthy(project, workdir, site_packages, spec)
 
     def _build_fresh(self, project: Project, spec: BuildSpec, workdir: Path) -> str:
         healthy_dir = workdir / "healthy"
@@ -520,7 +543,7 @@ class LocalBackend(Backend):
         (healthy_dir / "home").mkdir()
         (healthy_dir / "env.sh").write_text(render_env_file(spec.env))
         pip_cache = self._pip_cache(workdir)
-        confinement = Confinement(Workspace(healthy_dir), spec.limits, "", pip_cache)
+        confinement = Confinement(Workspace(healthy_dir), spec.limits, "", pip_cache, host_paths_needed(spec.python))
         log = workdir / "build.log"
         steps = [
             ("create venv", f"{shlex.quote(spec.python)} -m venv {VENV_DIR}"),
@@ -549,8 +572,9 @@ class LocalBackend(Backend):
         cache.mkdir(parents=True, exist_ok=True)
         return cache
 
-    def _healthy(self, project: Project, workdir: Path, site_packages: str, limits: Limits) -> Healthy:
-        info = {"workdir": str(workdir), "pip_cache": str(self._pip_cache(workdir)), "limits": asdict(limits)}
+    def _healthy(self, project: Project, workdir: Path, site_packages: str, spec: BuildSpec) -> Healthy:
+        info = {"workdir": str(workdir), "pip_cache": str(self._pip_cache(workdir)), "limits": asdict(spec.limits),
+                "keep": list(host_paths_needed(spec.python))}
         return Healthy(backend=self.name, ref=str(workdir / "healthy"), project=project, site_packages=site_packages,
                        info=info)
 
@@ -587,7 +611,7 @@ class LocalBackend(Backend):
             workspace = Workspace(folder / "ws")
         limits = Limits(**healthy.info["limits"]) if "limits" in healthy.info else Limits()
         pip_cache = Path(healthy.info["pip_cache"]) if healthy.info.get("pip_cache") else None
-        confinement = Confinement(workspace, limits, healthy.site_packages, pip_cache)
+        confinement = Confinement(workspace, limits, healthy.site_packages, pip_cache, tuple(healthy.info.get("keep", ())))
         return LocalSandbox(healthy, folder, workspace, confinement)
 
     def discard(self, healthy: Healthy) -> None:
