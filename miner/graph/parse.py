@@ -459,22 +459,22 @@ class _FileParser:
                     autouse=bool(re.search(r"autouse\s*=\s*True", text)), usefixtures=used)
 
 
-def _identifiers(node: Node) -> Iterable[Node]:
+def _descendants(node: Node, kind: str) -> Iterable[Node]:
+    """The node and everything below it of one tree-sitter type."""
     stack = [node]
     while stack:
         current = stack.pop()
-        if current.type == "identifier":
+        if current.type == kind:
             yield current
         stack.extend(current.children)
+
+
+def _identifiers(node: Node) -> Iterable[Node]:
+    return _descendants(node, "identifier")
 
 
 def _strings(node: Node) -> Iterable[Node]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current.type == "string":
-            yield current
-        stack.extend(current.children)
+    return _descendants(node, "string")
 
 
 def parse_source(text: bytes, rel: str, module: str, package: bool = False) -> SourceFile:
