@@ -28,6 +28,7 @@ from miner.models import (
 from miner.projectfiles import is_protected, project_files, test_file_of
 from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox
 from miner.testing import pytest_command, run_suite
+from miner.timing import Clock, timed
 
 MINER_DIR = "/sandbox/.miner"
 
@@ -111,17 +112,19 @@ ExtraProbes = Callable[[Sandbox, list[Probe]], dict[str, TestResult]]
 
 
 def run_checks(sandbox: Sandbox, command: str, probes: list[Probe], tests: list[str] | None = None,
-               timeout: float | None = None, extra: ExtraProbes | None = None) -> SuiteRun:
-    """Run the test suite (or the given test ids) plus the derived probes, as one SuiteRun."""
+               timeout: float | None = None, extra: ExtraProbes | None = None, clock: Clock | None = None) -> SuiteRun:
+    """Run the test suite (or the given test ids) plus the derived probes, as one SuiteRun
+    (the probes' time goes to the clock's "probes" phase)."""
     wanted_tests = None if tests is None else [t for t in tests if not t.startswith("probe::")]
     wanted_probes = probes if tests is None else [p for p in probes if p.id in set(tests)]
     if wanted_tests is None or wanted_tests:
         suite = run_suite(sandbox, command, tests=wanted_tests, timeout=timeout)
     else:
         suite = SuiteRun(command=command, exit_code=0, duration=0.0)
-    suite.results.update(judge_probes(wanted_probes, run_raw_probes(sandbox, wanted_probes)))
-    if extra is not None:
-        suite.results.update(extra(sandbox, [p for p in wanted_probes if p.kind not in RAW_KINDS]))
+    with timed(clock, "probes"):
+        suite.results.update(judge_probes(wanted_probes, run_raw_probes(sandbox, wanted_probes)))
+        if extra is not None:
+            suite.results.update(extra(sandbox, [p for p in wanted_probes if p.kind not in RAW_KINDS]))
     return suite
 
 

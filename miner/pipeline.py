@@ -35,6 +35,7 @@ from miner.sandbox.base import Backend, BuildError, SandboxError
 from miner.sources import FetchError, parse_repos
 from miner.store import Store
 from miner.tasks import make_task, task_files
+from miner.timing import Clock
 from miner.validate import Context, healthy_manifest, validate
 
 Phase = Callable[[str, str], None]  # (project name, phase description)
@@ -74,6 +75,7 @@ class ProjectReport:
     by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [tried, validated]
     stopped: bool = False  # skipped because the disk ran low: the crawl as a whole failed
     tokens: int = 0  # model tokens spent by the agent (cache hits cost none)
+    timings: dict[str, float] = field(default_factory=dict)  # phases before the candidates (miner.timing)
 
 
 @dataclass
@@ -102,6 +104,7 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
     store = Store(root)  # one connection per worker thread
     report, start = ProjectReport(source=source.raw, repo=source.location), time.monotonic()
     fetched: list[Project] = []
+    clock = Clock()
 
     def on_project(project: Project) -> None:
         fetched.append(project)
@@ -111,8 +114,8 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
     try:
         check_free_space(store.root, options.min_free_gb)
         prepared = prepare(source, backend, store, timeout=options.timeout, on_project=on_project,
-                           say=lambda text: phase(source.name, text))
-        _mine_project(prepared, store, types, options, report, lambda text: phase(source.name, text))
+                           say=lambda text: phase(source.name, text), clock=clock)
+        _mine_project(prepared, store, types, options, report, lambda text: phase(source.name, text), clock)
     except (FetchError, BuildError, SkipProject, SandboxError) as exc:
         report.status, report.reason = "skipped", _reason(exc)
     except LowDisk as exc:
@@ -122,9 +125,10 @@ def mine_source(source: Source, root: Path, backend: Backend, types: list[Invers
         report.reason = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         traceback.print_exc()
     report.seconds = time.monotonic() - start
+    report.timings = clock.rounded()
     key, commit = (fetched[0].key, fetched[0].commit) if fetched else (content_id("unfetched", source.raw), "")
     store.record_project(key, report.repo, commit, source.raw, source.origin, report.status, report.reason,
-                         seconds=report.seconds)
+                         seconds=report.seconds, timings=report.timings)
     store.close()
     phase(source.name, f"mined: {report.validated} tasks" if report.status == "mined" else f"skipped: {report.reason[:70]}")
     return report
@@ -140,7 +144,7 @@ def _reason(exc: Exception) -> str:
 
 
 def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], options: CrawlOptions,
-                  report: ProjectReport, phase: Callable[[str], None]) -> None:
+                  report: ProjectReport, phase: Callable[[str], None], clock: Clock) -> None:
     project, state, backend, env = prepared.project, prepared.state, prepared.backend, prepared.env
     timeout = float(project.source.overrides.get("timeout", options.timeout))
     extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
@@ -150,10 +154,14 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
     phase("choosing inversion points")
     test_files = {f for f in map(test_file_of, state.outcomes) if f}
     extra_targets = targets_beneath(state.system, project.path, test_files) if options.system else []
-    graph = graphs.build_graph(project, state)
+    with clock.phase("graph"):
+        graph = graphs.build_graph(project, state)
     procedural = options.inverter != "agent"
-    candidates = choose_candidates(project, state, types, options, graph, extra_targets) if procedural else []
-    ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
+    with clock.phase("choose"):
+        candidates = choose_candidates(project, state, types, options, graph, extra_targets) if procedural else []
+    with clock.phase("manifest"):
+        manifest = healthy_manifest(backend, env)
+    ctx = Context(backend, env, state, manifest, timeout=timeout, extra=extra,
                   symptoms=store.symptoms(project.repo, project.commit), per_symptom=options.per_symptom)
     by_id = {t.id: t for t in types}
     total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
@@ -274,6 +282,7 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
     report.tried += 1
     counts[0] += 1
     report.suite_runs += candidate.suite_runs
+    start = time.monotonic()
     if candidate.status == "validated":
         task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, graph)
         task.model, task.evidence = model, list(inversion.evidence)
@@ -284,6 +293,7 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
         ctx.symptoms[symptom] = ctx.symptoms.get(symptom, 0) + 1
         report.validated += 1
         counts[1] += 1
+    candidate.timings["store"] = round(time.monotonic() - start, 3)  # the candidate's own row is not counted
     store.record_candidate(project.key, candidate)
     return candidate
 

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
 from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
 from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
+from miner.timing import Clock
 
 SCRIPT_TIMEOUT = 300.0
 FORKED = f"{MINER_DIR}/forked"  # written before the break: what changed after it is the break's doing
@@ -67,8 +70,24 @@ class Run:
         self.logs: dict[str, str] = {}
         self.suite_runs = 0.0
         self.healthy_pass = passing(ctx.state.outcomes)
+        self.clock = Clock()
+
+    @contextmanager
+    def fork(self, phase: str = "fork") -> Iterator[Sandbox]:
+        """A fresh healthy sandbox, its start and removal timed."""
+        with self.clock.phase(phase):
+            sandbox = self.ctx.backend.fork(self.ctx.env)
+        try:
+            yield sandbox
+        finally:
+            with self.clock.phase("close"):
+                sandbox.close()
 
     def apply(self, sandbox: Sandbox, name: str, script: str, network: bool) -> None:
+        with self.clock.phase("replay-break" if name == "break-replay" else name):
+            self._apply(sandbox, name, script, network)
+
+    def _apply(self, sandbox: Sandbox, name: str, script: str, network: bool) -> None:
         sandbox.put(f"{MINER_DIR}/{name}.sh", script.encode(), mode=0o755)
         result = sandbox.run(f"bash {MINER_DIR}/{name}.sh; rc=$?; rm -f {MINER_DIR}/{name}.sh; exit $rc",
                              network=network, timeout=SCRIPT_TIMEOUT)
@@ -78,9 +97,10 @@ class Run:
             raise Rejected(rule, f"{name} script exited {result.exit_code}{' (timed out)' if result.timed_out else ''}: "
                                  f"{result.output.strip()[-300:]}")
 
-    def check(self, sandbox: Sandbox, tests: list[str] | None = None) -> SuiteRun:
-        suite = run_checks(sandbox, self.ctx.state.test_command, self.ctx.state.probes, tests=tests,
-                           timeout=self.ctx.timeout, extra=self.ctx.extra)
+    def check(self, sandbox: Sandbox, phase: str, tests: list[str] | None = None) -> SuiteRun:
+        with self.clock.phase(phase):
+            suite = run_checks(sandbox, self.ctx.state.test_command, self.ctx.state.probes, tests=tests,
+                               timeout=self.ctx.timeout, extra=self.ctx.extra, clock=self.clock)
         total = max(len(self.ctx.state.outcomes), 1)
         self.suite_runs += 1.0 if tests is None else len(tests) / total
         return suite
@@ -91,6 +111,10 @@ class Run:
         return f2p, sorted(self.healthy_pass - set(f2p))
 
     def protected_unchanged(self, sandbox: Sandbox) -> None:
+        with self.clock.phase("protected"):
+            self._protected_unchanged(sandbox)
+
+    def _protected_unchanged(self, sandbox: Sandbox) -> None:
         paths = [f"{PROJECT_DIR}/{p}" for p in self.ctx.state.protected]
         now = hash_tree(sandbox, [], paths=paths)
         changed = [p for p in self.ctx.state.protected if now.get(f"{PROJECT_DIR}/{p}") != self.ctx.state.file_hashes[p]]
@@ -98,6 +122,10 @@ class Run:
             raise Rejected("protected-changed", f"protected files changed: {', '.join(changed[:5])}")
 
     def no_leak(self, sandbox: Sandbox) -> None:
+        with self.clock.phase("scan"):
+            self._no_leak(sandbox)
+
+    def _no_leak(self, sandbox: Sandbox) -> None:
         """Rule 6: no file of the broken state holds the original bytes of a changed/removed file.
 
         Only files changed since the fork are hashed (the others hold what they held healthy);
@@ -135,17 +163,17 @@ def validate(ctx: Context, inversion: Inversion, whole_suite_ok: bool = False) -
     return Candidate(
         id=inversion.id_for(ctx.env.project), repo=ctx.state.repo, commit=ctx.state.commit, inversion=inversion,
         status=status, rule=rule, detail=detail, suite_runs=round(run.suite_runs, 3),
-        seconds=round(time.monotonic() - start, 3), logs=run.logs, **fields)
+        seconds=round(time.monotonic() - start, 3), logs=run.logs, timings=run.clock.rounded(), **fields)
 
 
 def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
     ctx = run.ctx
-    with ctx.backend.fork(ctx.env) as sandbox:
+    with run.fork() as sandbox:
         sandbox.put(FORKED, b"")
         run.apply(sandbox, "break", inv.break_script, inv.network_break)
         run.protected_unchanged(sandbox)
         _early_stop(run, sandbox, inv)
-        broken = run.check(sandbox)
+        broken = run.check(sandbox, "broken")
         f2p, p2p = run.f2p_p2p(broken)
         if not f2p:
             raise Rejected("no-f2p", "every healthy-passing test still passes")
@@ -156,13 +184,13 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
                                                 f"these {len(f2p)} tests")
         run.no_leak(sandbox)
         run.apply(sandbox, "fix", inv.fix_script, inv.network_fix)
-        fixed = run.check(sandbox)
+        fixed = run.check(sandbox, "fixed")
         still = sorted(t for t in run.healthy_pass if fixed.outcomes().get(t) != "passed")
         if still:
             raise Rejected("fix-failed", f"{len(still)} tests still fail after the fix: {', '.join(still[:5])}")
-    with ctx.backend.fork(ctx.env) as again:
+    with run.fork("replay-fork") as again:
         run.apply(again, "break-replay", inv.break_script, inv.network_break)
-        replay_f2p, _ = run.f2p_p2p(run.check(again))
+        replay_f2p, _ = run.f2p_p2p(run.check(again, "replay"))
     if replay_f2p != f2p:
         diff = sorted(set(replay_f2p) ^ set(f2p))
         raise Rejected("not-reproducible", f"replayed break gave a different F2P set (differs in {', '.join(diff[:5])})")
@@ -175,6 +203,6 @@ def _early_stop(run: Run, sandbox: Sandbox, inv: Inversion) -> None:
     predicted = sorted(set(inv.predicted_f2p or []) & run.healthy_pass)
     if not predicted or len(predicted) == len(run.healthy_pass):
         return
-    suite = run.check(sandbox, tests=predicted)
+    suite = run.check(sandbox, "predicted", tests=predicted)
     if all(suite.outcomes().get(t) == "passed" for t in predicted):
         raise Rejected("no-f2p", f"none of the {len(predicted)} predicted tests failed (stopped early)")
