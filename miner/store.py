@@ -375,6 +375,11 @@ class Store:
         rows = self._query("SELECT state_json FROM healthy_states WHERE key = ?", (key,))
         return HealthyState.model_validate_json(rows[0][0]) if rows else None
 
+    def recorded_states(self, repo: str) -> dict[str, HealthyState]:
+        """Every healthy state recorded for a repository, by preparation key."""
+        rows = self._query("SELECT key, state_json FROM healthy_states WHERE repo = ?", (repo,))
+        return {row["key"]: HealthyState.model_validate_json(row["state_json"]) for row in rows}
+
     def record_state(self, key: str, state: HealthyState) -> None:
         """Keep a measured healthy state for later preparations with the same key."""
         with self._write() as conn:
@@ -401,6 +406,12 @@ class Store:
         row = rows[0]
         return {"status": row["status"], "rule": row["rule"], "detail": row["detail"],
                 "f2p": json.loads(row["f2p_json"] or "[]")}
+
+    def verdicts(self, repo: str) -> dict[str, dict[str, Any]]:
+        """Every stored candidate of a repository: id -> status, rule, detail and f2p."""
+        rows = self._query("SELECT id, status, rule, detail, f2p_json FROM candidates WHERE repo = ?", (repo,))
+        return {row["id"]: {"status": row["status"], "rule": row["rule"], "detail": row["detail"],
+                            "f2p": json.loads(row["f2p_json"] or "[]")} for row in rows}
 
     def record_candidate(self, project_key: str, cand: Candidate) -> None:
         """Record a validated or rejected candidate; recording the same id again updates it."""
@@ -601,6 +612,12 @@ class Store:
             key = (row["family"], frozenset(json.loads(row["task_json"])["f2p"]))
             found[key] = found.get(key, 0) + 1
         return found
+
+    def task_symptoms(self, repo: str) -> list[tuple[str, str, list[str]]]:
+        """(commit, family, F2P) of every stored task of a repository (duplicate-symptom, all commits)."""
+        rows = self._query('SELECT "commit", family, task_json FROM tasks WHERE repo = ? ORDER BY created, id',
+                           (repo,))
+        return [(row["commit"], row["family"], json.loads(row["task_json"])["f2p"]) for row in rows]
 
     def _f2p_sets(self) -> dict[str, dict[frozenset[str], int]]:
         """Per repo, its tasks' F2P sets with how many tasks have each."""

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 # The phases of one candidate, in the order they happen (bench/overhead.py prints them so).
 CANDIDATE_PHASES = ("fork", "break", "protected", "predicted", "broken", "probes", "scan", "fix", "fixed",
-                    "replay-fork", "replay-break", "replay", "close", "store")
+                    "replay-fork", "replay-break", "replay", "close", "task", "store")
 # The phases of one project before its candidates.
 PROJECT_PHASES = ("fetch", "build", "healthy", "graph", "choose", "manifest")
 
@@ -47,6 +47,13 @@ class Clock:
             if stack:
                 stack[-1] += elapsed
             self.add(name, elapsed - nested)
+
+    def share(self, name: str, seconds: float) -> None:
+        """Count `seconds`, measured inside the current phase by other means, as phase `name`."""
+        stack: list[float] = self._local.__dict__.setdefault("children", [])
+        if stack:
+            stack[-1] += seconds
+        self.add(name, seconds)
 
     def add(self, name: str, seconds: float) -> None:
         with self._lock:
