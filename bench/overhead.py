@@ -1,7 +1,8 @@
 """Benchmark: where a candidate's time goes, and wall time per validated task as a multiple of suite time.
 
 Usage:
-    python bench/overhead.py [--repos repos.txt] [--budget N] [--jobs N] [--store DIR] [--json]
+    python bench/overhead.py [--repos repos.txt] [--budget N] [--jobs N] [--store DIR] [--cache-dir DIR] [--json]
+    python bench/overhead.py --executor ray --two-nodes   # on a two-node Ray cluster started here
     python bench/overhead.py --store DIR --report-only      # the figures of a store crawled before
 
 Crawls the repos file (the default `repos.txt`) into a fresh store (or --store), then prints from
@@ -14,21 +15,26 @@ Crawls the repos file (the default `repos.txt`) into a fresh store (or --store),
     validated task as a multiple of the suite time (the whole project wall time, build and
     healthy state included, over its validated tasks);
   - validated tasks per wall hour, per CPU hour (CPU seconds of this process and everything it
-    starts: every local sandbox's commands; see CpuMeter) and per core-hour (wall x --cores).
+    starts: every local sandbox's commands, and with --two-nodes the Ray cluster it starts; see
+    CpuMeter) and per core-hour (wall x --cores).
+The sum of the phases exceeds the candidates' wall time when the replay runs beside the fix.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # ray_cluster
 
 from miner.pipeline import CrawlOptions, crawl  # noqa: E402
 from miner.store import Store  # noqa: E402
@@ -97,6 +103,7 @@ def figures(stats: dict, wall: float | None, cpu: float | None, cores: int) -> d
         })
     tried, validated = stats["tried"], stats["validated"]
     total = sum(phases.values())
+    candidate_wall = sum(p.get("candidate_seconds", 0.0) for p in stats["by_project"].values())
     return {
         "projects": len(projects), "tried": tried, "validated": validated,
         "wall_s": round(wall, 1) if wall is not None else None,
@@ -107,6 +114,7 @@ def figures(stats: dict, wall: float | None, cpu: float | None, cores: int) -> d
         "cores": cores,
         "candidate_phases": {name: round(phases[name], 2) for name in _ordered(phases, CANDIDATE_PHASES)},
         "candidate_seconds": round(total, 2),
+        "candidate_wall_s": round(candidate_wall, 2),
         "per_candidate": {name: round(phases[name] / tried, 3) for name in _ordered(phases, CANDIDATE_PHASES)}
         if tried else {},
         "project_phases": {name: round(before[name], 2) for name in _ordered(before, PROJECT_PHASES)},
@@ -119,22 +127,38 @@ def _ordered(found: dict[str, float], known: tuple[str, ...]) -> list[str]:
 
 
 def print_markdown(fig: dict) -> None:
-    print(f"projects {fig['projects']}, candidates {fig['tried']}, validated {fig['validated']}, wall {fig['wall_s']} s, "
-          f"CPU {fig['cpu_s']} s; validated tasks per wall hour {fig['tasks_per_wall_hour']}, per CPU hour "
-          f"{fig['tasks_per_cpu_hour']}, per core-hour ({fig['cores']} cores) {fig['tasks_per_core_hour']}\n")
-    total = fig["candidate_seconds"] or 1.0
+    print(f"projects {fig['projects']}, candidates {fig['tried']}, validated {fig['validated']}, "
+          f"wall {fig['wall_s']} s, CPU {fig['cpu_s']} s; validated tasks per wall hour {fig['tasks_per_wall_hour']}, "
+          f"per CPU hour {fig['tasks_per_cpu_hour']}, per core-hour ({fig['cores']} cores) "
+          f"{fig['tasks_per_core_hour']}\n")
+    total, tried = fig["candidate_seconds"] or 1.0, max(fig["tried"], 1)
     print("| phase | seconds (all candidates) | per candidate | share |\n|---|---|---|---|")
     for name, value in fig["candidate_phases"].items():
         print(f"| {name} | {value} | {fig['per_candidate'].get(name, 0)} | {value / total:.0%} |")
-    print(f"| total | {fig['candidate_seconds']} | {round(fig['candidate_seconds'] / max(fig['tried'], 1), 2)} | |\n")
+    print(f"| total | {fig['candidate_seconds']} | {round(fig['candidate_seconds'] / tried, 2)} | |")
+    print(f"| candidates' wall | {fig['candidate_wall_s']} | {round(fig['candidate_wall_s'] / tried, 2)} | |\n")
     print("| before the candidates | seconds (all projects) |\n|---|---|")
     for name, value in fig["project_phases"].items():
         print(f"| {name} | {value} |")
-    print("\n| project | tried | validated | healthy suite (s) | wall (s) | suite runs / task | wall per task (x suite) |")
+    print("\n| project | tried | validated | healthy suite (s) | wall (s) | suite runs / task "
+          "| wall per task (x suite) |")
     print("|---|---|---|---|---|---|---|")
     for p in fig["per_project"]:
         print(f"| {p['project']} | {p['tried']} | {p['validated']} | {p['suite_s']} | {p['wall_s']} | "
               f"{p['runs_per_task']} | {p['wall_per_task_x_suite']} |")
+
+
+@contextlib.contextmanager
+def cluster(args: argparse.Namespace) -> Iterator[str | None]:
+    """With --two-nodes: a head and a second node of --jobs CPUs each, started here (so their
+    processes count in CpuMeter), stopped afterwards; else nothing."""
+    if not args.two_nodes:
+        yield None
+        return
+    from ray_cluster import local_cluster
+
+    with local_cluster(cpus=(args.jobs, args.jobs)) as started:
+        yield started.address
 
 
 def main() -> None:
@@ -144,6 +168,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--backend", default="local")
+    parser.add_argument("--executor", default="local", choices=("local", "ray"))
+    parser.add_argument("--address", default=None, help="--executor ray: a cluster to join")
+    parser.add_argument("--two-nodes", action="store_true",
+                        help="--executor ray: start a head and a second node here, --jobs CPUs each")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="build in this shared cache (crawl --cache-dir)")
     parser.add_argument("--store", type=Path, default=None, help="default: a fresh temporary store")
     parser.add_argument("--report-only", action="store_true", help="print the figures of --store, crawl nothing")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores the crawl may use")
@@ -153,9 +182,13 @@ def main() -> None:
         store = Store(args.store or Path(tmp) / "store")
         wall = cpu = None
         if not args.report_only:
-            options = CrawlOptions(budget=args.budget, seed=args.seed, jobs=args.jobs, backend=args.backend)
+            options = CrawlOptions(budget=args.budget, seed=args.seed, jobs=args.jobs, backend=args.backend,
+                                   executor=args.executor, address=args.address,
+                                   cache_dir=args.cache_dir.resolve() if args.cache_dir else None)
             start, meter = time.monotonic(), CpuMeter()
-            crawl(args.repos, store, options)
+            with cluster(args) as address:
+                options.address = address or options.address
+                crawl(args.repos, store, options)
             wall, cpu = time.monotonic() - start, meter.seconds()
             meter.close()
         fig = figures(store.stats(), wall, cpu, args.cores)

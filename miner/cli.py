@@ -797,17 +797,25 @@ def images_prune(healthy: bool, base: bool) -> None:
 @click.option("--cache-limit-gb", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="Trim fetched sources and the pip cache, least recently used first, to this size.")
 @click.option("--no-images", is_flag=True, help="Leave Docker images alone.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None, envvar="MINER_CACHE_DIR",
+              help="Also trim this shared cache folder (crawl --cache-dir: sources, wheels, built workspaces) "
+                   "to --cache-limit-gb.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was freed as JSON.")
 @click.pass_context
-def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool, as_json: bool) -> None:
+def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool, cache_dir: Path | None,
+       as_json: bool) -> None:
     """Free work folders and Docker images no stored task needs, and caches over a size limit."""
     from dataclasses import asdict
 
     from miner.disk import GB
-    from miner.gc import collect, summary
+    from miner.gc import collect, summary, trim_cache
 
     with open_store(ctx) as store:
         report = collect(store, cache_limit=int(cache_limit_gb * GB), dry_run=dry_run, images=not no_images)
+    if cache_dir is not None:
+        shared = trim_cache(cache_dir, int(cache_limit_gb * GB), dry_run=dry_run)
+        report.freed += shared.freed
+        report.notes += shared.notes
     if as_json:
         print_json({"dry_run": dry_run, "bytes": report.bytes(), "count": report.count(),
                     "freed": [asdict(f) for f in report.freed], "notes": report.notes})

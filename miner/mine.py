@@ -17,8 +17,10 @@ that the driver alone records, in order (miner.pipeline).
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
+import sys
 import threading
 import time
 import traceback
@@ -32,7 +34,8 @@ import networkx as nx
 from pydantic import BaseModel, Field
 
 from miner import graph as graphs
-from miner.disk import LowDisk, check_free_space
+from miner.disk import GB, LowDisk, check_free_space
+from miner.gc import USE_LOCK, trim_cache, trim_due
 from miner.healthy import RAW_KINDS, SkipProject
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
 from miner.inverters.procedural import ProceduralInverter
@@ -235,8 +238,10 @@ def mine_unit(unit: Unit, emit: Emit | None = None, say: Say | None = None) -> U
     report = ProjectReport(source=unit.source.raw, repo=unit.source.location, started=time.time())
     root = Path(os.path.expanduser(unit.root))
     fetched: list[Project] = []
+    in_use: list[Any] = []
 
     def on_project(project: Project) -> None:
+        in_use.append(_hold(root / "work" / project.key))
         fetched.append(project)
         report.repo, report.key, report.commit = project.repo, project.key, project.commit
         sink(Event(kind="project", project_key=project.key, repo=project.repo, commit=project.commit,
@@ -261,11 +266,35 @@ def mine_unit(unit: Unit, emit: Emit | None = None, say: Say | None = None) -> U
         report.status = "skipped"
         report.reason = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         traceback.print_exc()
+    finally:
+        for handle in in_use:
+            handle.close()
     report.seconds, report.ended = time.monotonic() - start, time.time()
     report.timings = clock.rounded()
+    trim(unit.options, root)
     if not fetched:
         report.key = content_id("unfetched", unit.source.raw)
     return UnitResult(report, batches, buffered if emit is None else [])
+
+
+def _hold(workspace: Path) -> Any:
+    """A shared lock on a workspace for as long as the unit mines from it (a cache trim leaves it
+    alone); its time is the workspace's last use."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    handle = open(workspace / USE_LOCK, "a")
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    os.utime(workspace / USE_LOCK)
+    return handle
+
+
+def trim(options: CrawlOptions, root: Path) -> None:
+    """Trim a shared cache folder to --cache-limit-gb (at most every few minutes: see miner.gc)."""
+    if options.cache_dir is None or options.cache_limit_gb is None or not trim_due(root):
+        return
+    try:
+        trim_cache(root, int(options.cache_limit_gb * GB))
+    except OSError as exc:  # a trim that fails leaves the cache larger, and the unit's work intact
+        print(f"miner: could not trim the cache {root}: {exc}", file=sys.stderr)
 
 
 def _reason(exc: Exception) -> str:

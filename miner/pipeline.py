@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Callable
 
 from miner.catalogue import load_catalogue, select_types
-from miner.disk import check_free_space
+from miner.disk import GB
+from miner.gc import trim_cache
 from miner.executors import get_executor
 from miner.mine import (CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict,
                         choose_candidates)
@@ -206,12 +207,13 @@ def crawl(repos: Path, store: Store, options: CrawlOptions, on_phase: Phase | No
         options = replace(options, backend="docker" if docker_available() else "local")
     types = [t for t in catalogue if options.backend in t.backends]
     phase = on_phase or (lambda name, text: None)
-    check_free_space(store.root, options.min_free_gb)
     recorder = Recorder(store)
     driver = _Driver(store, options, recorder, phase)
     root = str(options.cache_dir) if options.cache_dir is not None else str(store.root)
     units = driver.units(sources, types, root)
     get_executor(options).run(units, recorder.record, driver.finish, phase)
+    if options.cache_dir is not None and options.cache_limit_gb is not None:  # this node's cache, whenever trimmed last
+        trim_cache(options.cache_dir, int(options.cache_limit_gb * GB))
     return CrawlReport(driver.reports(), [str(e) for e in errors], time.monotonic() - start)
 
 
