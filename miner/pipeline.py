@@ -27,7 +27,7 @@ from miner.catalogue import load_catalogue, select_types
 from miner.disk import GB
 from miner.gc import trim_cache
 from miner.executors import get_executor
-from miner.mine import (CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict,
+from miner.mine import (CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict, backend_for,
                         choose_candidates)
 from miner.models import Source, content_id
 from miner.sandbox import docker_available
@@ -206,6 +206,8 @@ def crawl(repos: Path, store: Store, options: CrawlOptions, on_phase: Phase | No
     if options.backend == "auto":
         options = replace(options, backend="docker" if docker_available() else "local")
     types = [t for t in catalogue if options.backend in t.backends]
+    if options.executor == "local":
+        backend_for(options.backend)  # no engine, no bwrap: one error now, not a skip per project
     phase = on_phase or (lambda name, text: None)
     recorder = Recorder(store)
     driver = _Driver(store, options, recorder, phase)
