@@ -142,27 +142,36 @@ class _Driver:
         while project.next_batch in project.waiting:
             result = project.waiting.pop(project.next_batch)
             project.next_batch += 1
+            kept = 0
             for event in result.events:
-                self._record_batch_event(report, result.report, event)
+                kept += self._record_batch_event(report.validated + kept, result.report, event)
             _add_up(report, result.report)
         if project.next_batch > project.batches:
             self._close(project)
 
-    def _record_batch_event(self, report: ProjectReport, batch: ProjectReport, event: Event) -> None:
-        candidate = event.candidate
-        if event.kind == "candidate" and candidate is not None and event.task is not None:
-            limit = self.options.max_tasks_per_repo
-            if limit is not None and report.validated + batch.validated > limit:
-                return  # not stored: a later crawl with a higher limit tries it again
-            symptom = (event.task.family, frozenset(event.task.f2p))
-            if self.store.symptoms(event.repo, event.commit).get(symptom, 0) >= self.options.per_symptom:
-                candidate.status, candidate.rule = "rejected", "duplicate-symptom"
-                candidate.detail = (f"an earlier batch stored a {event.task.family} task of this project that "
-                                    f"fails exactly these {len(event.task.f2p)} tests")
-                event = event.model_copy(update={"task": None, "files": {}})
-                batch.validated -= 1
-                batch.by_type[candidate.inversion.type_id][1] -= 1
+    def _record_batch_event(self, stored: int, batch: ProjectReport, event: Event) -> int:
+        """Record one event of a batch, `stored` tasks of the project being stored already; 1 when
+        it stored a task. A task beyond the limit is not stored (nor its candidate: a later crawl
+        with a higher limit tries it again); one whose symptom an earlier batch stored is refused."""
+        candidate, task = event.candidate, event.task
+        if event.kind != "candidate" or candidate is None or task is None:
+            self.recorder.record(event)
+            return 0
+        limit = self.options.max_tasks_per_repo
+        refused = limit is not None and stored >= limit
+        if not refused and self.store.symptoms(event.repo, event.commit).get(
+                (task.family, frozenset(task.f2p)), 0) >= self.options.per_symptom:
+            candidate.status, candidate.rule = "rejected", "duplicate-symptom"
+            candidate.detail = (f"an earlier batch stored a {task.family} task of this project that fails exactly "
+                                f"these {len(task.f2p)} tests")
+            self.recorder.record(event.model_copy(update={"task": None, "files": {}}))
+            refused = True
+        if refused:
+            batch.validated -= 1
+            batch.by_type[candidate.inversion.type_id][1] -= 1
+            return 0
         self.recorder.record(event)
+        return 1
 
     def _close(self, project: _Project) -> None:
         report = project.report
