@@ -29,6 +29,7 @@ Usage:
 from __future__ import annotations
 
 import base64
+import functools
 import shlex
 from collections.abc import Iterable, Iterator
 from importlib import resources
@@ -186,9 +187,15 @@ def select_types(catalogue: dict[str, InversionType], spec: str | None) -> list[
     return sorted(chosen.values(), key=lambda t: t.id)
 
 
+@functools.lru_cache(maxsize=2048)
+def _template(text: str) -> jinja2.Template:
+    """A template compiled once: every candidate of every project renders the same few texts."""
+    return ENV.from_string(text)
+
+
 def _render_one(itype: InversionType, field: str, variables: dict[str, Any], text: str | None = None) -> str:
     try:
-        return ENV.from_string(getattr(itype, field) if text is None else text).render(variables)
+        return _template(getattr(itype, field) if text is None else text).render(variables)
     except jinja2.UndefinedError as exc:
         raise CatalogueError(f"{itype.id}: {field}: {exc.message} (missing context)") from exc
     except jinja2.TemplateError as exc:

@@ -44,7 +44,7 @@ DIFFICULTIES = ("easy", "medium", "hard")
 # modules already imported, so that `miner --help` does not import what defines them.
 USER_ERRORS = (("miner.store", "StoreError"), ("miner.catalogue", "CatalogueError"),
                ("miner.sandbox.base", "SandboxError"), ("miner.sources", "FetchError"),
-               ("miner.check", "CheckError"))
+               ("miner.check", "CheckError"), ("miner.executors.base", "ExecutorError"))
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2: help, not an error
 
 
@@ -477,7 +477,19 @@ def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, r
 @click.option("--max-tasks-per-repo", type=click.IntRange(min=1), default=None, help="Stop a project after N tasks.")
 @click.option("--budget", type=click.IntRange(min=1), default=None, help="Candidates tried per project (default: all).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Order of candidates.")
-@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Projects mined in parallel.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Units mined in parallel (--executor local; for ray, the CPUs of a local instance).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="A thread pool here, or Ray tasks on a cluster (pip install 'miner[ray]').")
+@click.option("--address", default=None, metavar="ADDR",
+              help="--executor ray: the cluster to join (HOST:PORT, or auto); default: start a local instance.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=30, show_default=True,
+              help="A project with more candidates to try is mined in batches of this many (units of their own).")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None, envvar="MINER_CACHE_DIR",
+              help="Fetch and build here, shared across stores and crawls (sdists, wheels, built workspaces); "
+                   "default: the store's cache/ and work/. With --executor ray, each node's own folder.")
+@click.option("--cache-limit-gb", type=click.FloatRange(min=0), default=None,
+              help="After the crawl, trim --cache-dir to this size, least recently used first.")
 @click.option("--backend", type=click.Choice(["local", "docker", "auto"]), default="local", show_default=True)
 @click.option("--select", type=click.Choice(["graph", "random"]), default="graph", show_default=True,
               help="Graph-guided choice of inversion points, or blind.")
@@ -506,7 +518,8 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
           catalogue_dirs: tuple[Path, ...], inverter: str, model: str | None, token_budget: int | None,
           goal_tokens: int, agent_goals: int, agent_rounds: int, agent_steps: int, model_instructions: bool,
-          per_symptom: int, min_free_gb: float, **llm: Any) -> None:
+          per_symptom: int, min_free_gb: float, executor: str, address: str | None, batch_size: int,
+          cache_dir: Path | None, cache_limit_gb: float | None, **llm: Any) -> None:
     """Mine repair tasks from every source of a repos file.
 
     On a terminal a live line per project; in a pipe one timestamped line per phase and per
@@ -519,6 +532,11 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
     from miner.sources import parse_repos
 
     select_types(load_catalogue(catalogue_dirs), types)  # an unknown type is an error before anything starts
+    if executor == "ray" and inverter != "procedural":
+        raise click.ClickException("--inverter agent/both runs with --executor local only (the model client "
+                                   "and its token budget live in this process)")
+    if address and executor != "ray":
+        raise click.ClickException("--address names a Ray cluster: it needs --executor ray")
     sources, errors = parse_repos(repos)
     if not sources:
         for error in errors:
@@ -533,7 +551,8 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
     options = CrawlOptions(types=types, max_tasks_per_repo=max_tasks_per_repo, budget=budget, seed=seed,
                            jobs=jobs, backend=backend, select=select, timeout=timeout, inverter=inverter,
                            agent=agent, catalogue_dirs=catalogue_dirs, per_symptom=per_symptom,
-                           min_free_gb=min_free_gb)
+                           min_free_gb=min_free_gb, executor=executor, address=address, batch_size=batch_size,
+                           cache_dir=cache_dir.resolve() if cache_dir else None, cache_limit_gb=cache_limit_gb)
     with crawl_progress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)
@@ -778,17 +797,25 @@ def images_prune(healthy: bool, base: bool) -> None:
 @click.option("--cache-limit-gb", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="Trim fetched sources and the pip cache, least recently used first, to this size.")
 @click.option("--no-images", is_flag=True, help="Leave Docker images alone.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None, envvar="MINER_CACHE_DIR",
+              help="Also trim this shared cache folder (crawl --cache-dir: sources, wheels, built workspaces) "
+                   "to --cache-limit-gb.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was freed as JSON.")
 @click.pass_context
-def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool, as_json: bool) -> None:
+def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool, cache_dir: Path | None,
+       as_json: bool) -> None:
     """Free work folders and Docker images no stored task needs, and caches over a size limit."""
     from dataclasses import asdict
 
     from miner.disk import GB
-    from miner.gc import collect, summary
+    from miner.gc import collect, summary, trim_cache
 
     with open_store(ctx) as store:
         report = collect(store, cache_limit=int(cache_limit_gb * GB), dry_run=dry_run, images=not no_images)
+    if cache_dir is not None:
+        shared = trim_cache(cache_dir, int(cache_limit_gb * GB), dry_run=dry_run)
+        report.freed += shared.freed
+        report.notes += shared.notes
     if as_json:
         print_json({"dry_run": dry_run, "bytes": report.bytes(), "count": report.count(),
                     "freed": [asdict(f) for f in report.freed], "notes": report.notes})

@@ -19,6 +19,18 @@ on a shared engine, a work folder a `miner graph` run made a moment ago):
 
 Image sizes are the engine's: an image's size less its parent's (for broken and healthy images,
 whose parent miner labels), else its size not shared with other images.
+
+A shared cache folder (`miner crawl --cache-dir DIR`, shared across stores, crawls and the
+units of one crawl) holds the same three kinds without a store to say what is needed:
+
+    report = trim_cache(Path("~/.cache/miner/crawl"), limit=20 * GB)
+
+  cache/sources   fetched sources (git clones, sdists, folder copies)
+  work/cache/pip  pip's cache: downloaded and built wheels, index pages
+  work/<key>      built healthy workspaces (the local backend's)
+Leftover forks of workspaces nobody uses go first, then whole entries, least recently used
+first, until the folder fits the limit. An entry a crawl uses is never removed: a unit holds
+a shared lock on its workspace's `use.lock` (and a fetch the source's lock) while it works.
 """
 
 from __future__ import annotations
@@ -312,6 +324,10 @@ def _source_entries(root: Path, needs: Needs, report: GcReport) -> list[CacheEnt
             for_tasks.add(cache_entry(source, root))
         except ValueError:
             continue
+    return _list_sources(root, protected, for_tasks)
+
+
+def _list_sources(root: Path, protected: set[Path], for_tasks: set[Path]) -> list[CacheEntry]:
     entries = []
     for kind in ("git", "local", "pypi"):
         folder = root / kind
@@ -359,3 +375,80 @@ def summary(report: GcReport) -> str:
     verb = "would free" if report.dry_run else "freed"
     parts = [f"{kind} {human(sizes[kind])} ({counts[kind]})" for kind in KINDS]
     return f"{verb} {human(sum(sizes.values()))}: " + ", ".join(parts)
+
+
+# -- a shared cache folder ----------------------------------------------------------------------
+
+USE_LOCK = "use.lock"  # in a workspace folder: held (shared) by every unit that mines from it
+TRIM_STAMP = ".trimmed"  # in a cache folder: when it was last trimmed
+TRIM_EVERY = 300.0  # seconds between the trims units do at their end
+
+
+def trim_cache(root: Path, limit: int, dry_run: bool = False) -> GcReport:
+    """Free a shared cache folder down to `limit` bytes (see the module docstring)."""
+    report = GcReport(dry_run=dry_run)
+    root = Path(root)
+    if not root.is_dir():
+        return report
+    with open(root / ".trim.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report.notes.append(f"{root} is being trimmed by another process: left to it")
+            return report
+        _trim(root, limit, report)
+    return report
+
+
+def _trim(root: Path, limit: int, report: GcReport) -> None:
+    workspaces = _workspace_entries(root / "work")
+    for entry in workspaces:
+        _free_forks(entry, report)
+    entries = _list_sources(root / "cache" / "sources", set(), set()) + _pip_entries(root / "work" / "cache" / "pip")
+    entries += workspaces
+    total = sum(e.size for e in entries)
+    for entry in sorted(entries, key=lambda e: e.used):
+        if total <= limit:
+            break
+        if not report.dry_run and not _evict(entry):
+            report.notes.append(f"{entry.name} is in use: kept")
+            continue
+        total -= entry.size
+        report.freed.append(Freed("cache", entry.name, entry.size))
+    if not report.dry_run:
+        (root / TRIM_STAMP).touch()
+
+
+def trim_due(root: Path) -> bool:
+    """Whether a cache folder was not trimmed in the last TRIM_EVERY seconds."""
+    stamp = Path(root) / TRIM_STAMP
+    return not stamp.exists() or time.time() - stamp.stat().st_mtime > TRIM_EVERY
+
+
+def _workspace_entries(work: Path) -> list[CacheEntry]:
+    entries = []
+    for path in sorted(work.iterdir()) if work.is_dir() else []:
+        if not path.is_dir() or path.is_symlink() or not PROJECT_KEY.match(path.name):
+            continue
+        marks = [m for m in (path / USE_LOCK, path / "build.json") if m.exists()] or [path]
+        used = max(m.stat().st_mtime for m in marks)
+        entries.append(CacheEntry(path, f"work/{path.name}", tree_size(path), used, path / USE_LOCK))
+    return entries
+
+
+def _free_forks(entry: CacheEntry, report: GcReport) -> None:
+    """Forks left in a workspace nobody uses now (a unit killed mid-candidate leaves its fork)."""
+    forks = entry.path / "forks"
+    if not forks.is_dir() or entry.lock is None:
+        return
+    with open(entry.lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        for fork in sorted(forks.iterdir()):
+            size = tree_size(fork)
+            if not report.dry_run:
+                remove_path(fork)
+            entry.size -= size
+            report.freed.append(Freed("cache", f"{entry.name}/forks/{fork.name}", size))

@@ -8,9 +8,11 @@ script's `--help`). Probes are tests like the others: they get ids and outcomes 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable
@@ -27,7 +29,8 @@ from miner.models import (
 )
 from miner.projectfiles import is_protected, project_files, test_file_of
 from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox
-from miner.testing import pytest_command, run_suite
+from miner.testing import pytest_command, run_suite_then
+from miner.timing import Clock, timed
 
 MINER_DIR = "/sandbox/.miner"
 
@@ -39,12 +42,6 @@ class SkipProject(Exception):
 def asset(name: str) -> bytes:
     """Bytes of a standalone helper script shipped in miner/assets."""
     return resources.files("miner").joinpath("assets", name).read_bytes()
-
-
-def _sandbox_python(sandbox: Sandbox) -> str:
-    """An interpreter for helper scripts: the system one when present (a break may hit the venv's)."""
-    probe = sandbox.run("command -v /usr/bin/python3 || echo \"$MINER_PYTHON\"", timeout=30)
-    return probe.output.strip().splitlines()[-1] if probe.output.strip() else "$MINER_PYTHON"
 
 
 def collect_inventory(sandbox: Sandbox) -> tuple[str, list[Distribution], list[str]]:
@@ -78,17 +75,70 @@ RAW_KINDS = ("import", "script")  # probes run by probe.py inside any sandbox
 
 def run_raw_probes(sandbox: Sandbox, probes: list[Probe]) -> dict[str, dict]:
     """Raw exit codes and digests of import/script probes."""
+    script = probe_script(probes)
+    if not script:
+        return {}
+    return parse_probe_output(sandbox.run(script, timeout=600).output)
+
+
+# The probes' own wall time, printed after their results (the clock counts it as "probes" even
+# when they run in the same command as the suite).
+_PROBE_NS = "::miner-probes-ns::"
+
+
+def probe_script(probes: list[Probe]) -> str:
+    """One shell command that writes probe.py and the probes and runs them with the system
+    interpreter when there is one (a break may hit the venv's), else the venv's; "" for no probes."""
     simple = [p.model_dump() for p in probes if p.kind in RAW_KINDS]
     if not simple:
-        return {}
-    sandbox.put(f"{MINER_DIR}/probe.py", asset("probe.py"))
-    sandbox.put(f"{MINER_DIR}/probes.json", json.dumps(simple).encode())
-    python = _sandbox_python(sandbox)
-    result = sandbox.run(f"{shlex.quote(python)} -I {MINER_DIR}/probe.py {MINER_DIR}/probes.json", timeout=600)
+        return ""
+    files = {f"{MINER_DIR}/probe.py": asset("probe.py"), f"{MINER_DIR}/probes.json": json.dumps(simple).encode()}
+    writes = "; ".join(f"echo {base64.b64encode(data).decode()} | base64 -d > {path}" for path, data in files.items())
+    return (f"miner_ns=$(date +%s%N); mkdir -p {MINER_DIR}; {writes}; miner_py=/usr/bin/python3; "
+            f'[ -x "$miner_py" ] || miner_py="$MINER_PYTHON"; '
+            f'"$miner_py" -I {MINER_DIR}/probe.py {MINER_DIR}/probes.json; '
+            f'echo; echo {_PROBE_NS} $(( $(date +%s%N) - miner_ns ))')
+
+
+def parse_probe_output(output: str) -> dict[str, dict]:
+    """The raw results probe_script printed ({} when it printed none)."""
+    lines = [line for line in output.strip().splitlines() if line.strip() and not line.startswith(_PROBE_NS)]
     try:
-        return json.loads(result.output.strip().splitlines()[-1])
+        found = json.loads(lines[-1])
     except (ValueError, IndexError):
         return {}
+    return found if isinstance(found, dict) else {}
+
+
+def probe_seconds(output: str) -> float:
+    """The probes' wall time probe_script printed (0 when it did not)."""
+    for line in reversed(output.strip().splitlines()):
+        if line.startswith(_PROBE_NS):
+            try:
+                return int(line.split()[-1]) / 1e9
+            except ValueError:
+                return 0.0
+    return 0.0
+
+
+def suite_and_probes(sandbox: Sandbox, command: str, probes: list[Probe], tests: list[str] | None = None,
+                     timeout: float | None = None, deselect: list[str] = (),
+                     clock: Clock | None = None) -> tuple[SuiteRun, dict[str, dict]]:
+    """The suite (or `tests`, or all but `deselect`) and the raw results of the import/script
+    probes among `probes`, in one command (the probes on their own when the suite timed out)."""
+    script = probe_script(probes)
+    if tests is not None and not tests:
+        suite, after = SuiteRun(command=command, exit_code=0, duration=0.0), None
+    else:
+        suite, after = run_suite_then(sandbox, command, tests=tests, timeout=timeout, deselect=deselect, then=script)
+    if not script:
+        return suite, {}
+    if after is None:
+        with timed(clock, "probes"):
+            return suite, run_raw_probes(sandbox, probes)
+    if clock is not None:
+        clock.share("probes", probe_seconds(after))
+    return suite, parse_probe_output(after)
 
 
 def judge_probes(probes: list[Probe], raw: dict[str, dict]) -> dict[str, TestResult]:
@@ -111,17 +161,19 @@ ExtraProbes = Callable[[Sandbox, list[Probe]], dict[str, TestResult]]
 
 
 def run_checks(sandbox: Sandbox, command: str, probes: list[Probe], tests: list[str] | None = None,
-               timeout: float | None = None, extra: ExtraProbes | None = None) -> SuiteRun:
-    """Run the test suite (or the given test ids) plus the derived probes, as one SuiteRun."""
+               timeout: float | None = None, extra: ExtraProbes | None = None, clock: Clock | None = None,
+               deselect: list[str] = ()) -> SuiteRun:
+    """Run the test suite (or the given test ids, or all but the `deselect`ed ones) plus the
+    derived probes, as one SuiteRun (the probes' time goes to the clock's "probes" phase)."""
     wanted_tests = None if tests is None else [t for t in tests if not t.startswith("probe::")]
     wanted_probes = probes if tests is None else [p for p in probes if p.id in set(tests)]
-    if wanted_tests is None or wanted_tests:
-        suite = run_suite(sandbox, command, tests=wanted_tests, timeout=timeout)
-    else:
-        suite = SuiteRun(command=command, exit_code=0, duration=0.0)
-    suite.results.update(judge_probes(wanted_probes, run_raw_probes(sandbox, wanted_probes)))
+    wanted_probes = [p for p in wanted_probes if p.id not in set(deselect)]
+    suite, raw = suite_and_probes(sandbox, command, wanted_probes, wanted_tests, timeout,
+                                  [t for t in deselect if not t.startswith("probe::")], clock)
+    suite.results.update(judge_probes(wanted_probes, raw))
     if extra is not None:
-        suite.results.update(extra(sandbox, [p for p in wanted_probes if p.kind not in RAW_KINDS]))
+        with timed(clock, "probes"):
+            suite.results.update(extra(sandbox, [p for p in wanted_probes if p.kind not in RAW_KINDS]))
     return suite
 
 
@@ -182,8 +234,7 @@ def project_manifest(root: Path, test_files: list[str] = ()) -> tuple[dict[str, 
 def _measure(backend: Backend, env: Healthy, command: str, probes: list[Probe], timeout: float,
              extra: ExtraProbes | None) -> tuple[SuiteRun, dict[str, dict]]:
     with backend.fork(env) as sandbox:
-        suite = run_suite(sandbox, command, timeout=timeout)
-        raw = run_raw_probes(sandbox, probes)
+        suite, raw = suite_and_probes(sandbox, command, probes, timeout=timeout)
         if extra is not None:
             suite.results.update(extra(sandbox, [p for p in probes if p.kind not in RAW_KINDS]))
     return suite, raw
@@ -204,16 +255,23 @@ def _stable(runs: list[SuiteRun]) -> tuple[dict[str, TestResult], list[str]]:
 
 def record_healthy(backend: Backend, env: Healthy, project: Project, spec: BuildSpec, command: str,
                    runs: int = 2, timeout: float = 600.0, extra_probes: list[Probe] | None = None,
-                   extra: ExtraProbes | None = None) -> HealthyState:
-    """Measure the healthy state; raise SkipProject with the reason when it cannot be mined."""
+                   extra: ExtraProbes | None = None, parallel: bool = False) -> HealthyState:
+    """Measure the healthy state; raise SkipProject with the reason when it cannot be mined.
+    With `parallel`, the suite's runs happen at the same time, each on its own fresh copy."""
     with backend.fork(env) as sandbox:
         site_packages, inventory, own = collect_inventory(sandbox)
     probes = discover_probes(inventory, own) + list(extra_probes or [])
     measured = []
-    for _ in range(runs):  # a suite that hangs is skipped after its first timeout, not after every run
-        measured.append(_measure(backend, env, command, probes, timeout, extra))
-        if measured[-1][0].timed_out:
-            raise SkipProject(f"test suite exceeded its time limit of {timeout:.0f}s")
+    if parallel:
+        with ThreadPoolExecutor(max_workers=runs, thread_name_prefix="miner-healthy") as pool:
+            measured = list(pool.map(lambda _: _measure(backend, env, command, probes, timeout, extra), range(runs)))
+    else:
+        for _ in range(runs):  # a suite that hangs is skipped after its first timeout, not after every run
+            measured.append(_measure(backend, env, command, probes, timeout, extra))
+            if measured[-1][0].timed_out:
+                break
+    if any(suite.timed_out for suite, _ in measured):
+        raise SkipProject(f"test suite exceeded its time limit of {timeout:.0f}s")
     suites = [suite for suite, _ in measured]
     probes = _expected_probes(probes, [raw for _, raw in measured])
     for suite, raw in measured:
@@ -246,13 +304,14 @@ def _protected_files(backend: Backend, env: Healthy, project: Project,
 
 
 def measure_project(backend: Backend, env: Healthy, project: Project, spec: BuildSpec,
-                    timeout: float) -> HealthyState:
+                    timeout: float, parallel: bool = False) -> HealthyState:
     """record_healthy plus what the backend sees beyond the project: probes derived from a
     container (its CMD, HEALTHCHECK, ports) and its observation of the system beneath
     (`state.system`). The local backend adds nothing."""
     extra_probes = backend.derived_probes(env)
     state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout,
-                           extra_probes=extra_probes, extra=backend.run_derived_probes if extra_probes else None)
+                           extra_probes=extra_probes, extra=backend.run_derived_probes if extra_probes else None,
+                           parallel=parallel)
     state.system = backend.observe(env) if backend.capabilities.system else None
     return state
 

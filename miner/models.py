@@ -267,6 +267,7 @@ class Candidate(BaseModel):
     suite_runs: float = 0.0  # full-suite equivalents (a run of k of n tests counts k/n)
     seconds: float = 0.0
     logs: dict[str, str] = Field(default_factory=dict)  # name -> text (break, fix outputs)
+    timings: dict[str, float] = Field(default_factory=dict)  # phase -> seconds (see miner.timing)
 
 
 class Task(BaseModel):

@@ -1,79 +1,43 @@
 """The crawl: repos.txt -> fetch -> build -> healthy state -> graph -> inverter -> validator -> store.
 
-`crawl` is the one function behind `miner crawl`. Each project is mined independently (in
-parallel with --jobs); every candidate has a content-hash id, so a crawl that was interrupted
-(even by kill -9) resumes by skipping what the store already holds, and crawling twice adds
-nothing. A project that fails to fetch, build or test is skipped with its reason recorded.
+`crawl` is the one function behind `miner crawl`: the driver. It gives each source to an executor
+as a unit of work (miner.mine: a project, or a batch of a project's candidates), each unit with
+what the store knows about its repository, and records what units report (events) in the store:
+the driver alone writes it, whether units run in threads of this process (`--executor local`,
+`--jobs N`) or as Ray tasks on a cluster (`--executor ray`). Every candidate has a content-hash
+id, so a crawl that was interrupted (even by kill -9) resumes by skipping what the store already
+holds, a unit retried after its worker died adds nothing twice, and crawling twice adds nothing.
+A project that fails to fetch, build or test is skipped with its reason recorded.
+
+Batches of one project are recorded in their order, whatever order they finish in: a task whose
+symptom (family and F2P set) an earlier batch already stored is refused as `duplicate-symptom`
+there, and tasks beyond --max-tasks-per-repo are dropped unstored, so the result does not
+depend on the executor or on timing.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-import traceback
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-import networkx as nx
-
-from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
-from miner.disk import LowDisk, check_free_space
-from miner.healthy import RAW_KINDS, SkipProject
-from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
-from miner.inverters.procedural import ProceduralInverter
-from miner.inverters.targets import enumerate_targets
-from miner.model_instruction import instruction_writer
-from miner.models import content_id, Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task
-from miner.inverters.system import targets_beneath
-from miner.prepare import PinError, Prepared, prepare
-from miner.projectfiles import test_file_of
-from miner.sandbox import get_backend
-from miner.sandbox.base import Backend, BuildError, SandboxError
-from miner.sources import FetchError, parse_repos
+from miner.disk import GB
+from miner.gc import trim_cache
+from miner.executors import get_executor
+from miner.mine import (CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict, backend_for,
+                        choose_candidates)
+from miner.models import Source, content_id
+from miner.sandbox import docker_available
+from miner.sources import parse_repos, repo_name
 from miner.store import Store
-from miner.tasks import make_task, task_files
-from miner.validate import Context, healthy_manifest, validate
+from miner.timing import merge
 
 Phase = Callable[[str, str], None]  # (project name, phase description)
-ADAPTIVE_POOL = 3  # graph selection renders budget x this many candidates to choose from
 
-
-@dataclass
-class CrawlOptions:
-    types: str | None = None  # comma list of exact ids or families
-    max_tasks_per_repo: int | None = None
-    budget: int | None = None  # candidates tried per project
-    seed: int = 0
-    jobs: int = 1
-    backend: str = "local"
-    select: str = "graph"  # graph | random
-    timeout: float = 600.0  # per test-suite run
-    system: bool = True  # ask the backend what lies beneath the project: system and service targets (Docker)
-    catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (their types override built-in ones)
-    per_symptom: int = 1  # tasks kept per (family, F2P set) of a project (duplicate-symptom)
-    min_free_gb: float = 5.0  # the crawl stops when the store's file system has less free (0: never)
-    inverter: str = "procedural"  # procedural | agent | both
-    agent: AgentOptions | None = None  # the model client and the agent's limits (agent, both)
-
-
-@dataclass
-class ProjectReport:
-    source: str
-    repo: str = ""
-    status: str = "mined"  # mined | skipped
-    reason: str = ""
-    tried: int = 0
-    validated: int = 0
-    resumed: int = 0  # candidates already in the store
-    suite_runs: float = 0.0
-    suite_seconds: float = 0.0
-    seconds: float = 0.0
-    by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [tried, validated]
-    stopped: bool = False  # skipped because the disk ran low: the crawl as a whole failed
-    tokens: int = 0  # model tokens spent by the agent (cache hits cost none)
+__all__ = ["CrawlOptions", "CrawlReport", "ProjectReport", "choose_candidates", "crawl", "mine_source"]
 
 
 @dataclass
@@ -83,214 +47,197 @@ class CrawlReport:
     seconds: float
 
 
+class Recorder:
+    """The one writer of the store during a crawl: records units' events (safe across threads)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+
+    def record(self, event: Event) -> None:
+        with self.lock:
+            self._record(event)
+
+    def _record(self, event: Event) -> None:
+        store = self.store
+        if event.kind == "project" and event.source is not None:
+            store.record_project(event.project_key, event.repo, event.commit, event.source.raw, event.source.origin,
+                                 "running", healthy=event.healthy)
+        elif event.kind == "state" and event.state is not None:
+            store.record_state(event.state_key, event.state)
+        elif event.kind == "candidate" and event.candidate is not None:
+            candidate = event.candidate
+            start = time.monotonic()
+            if event.task is not None:
+                store.add_task(event.task, dict(event.files), project_key=event.project_key)
+            candidate.timings["store"] = round(time.monotonic() - start, 3)  # its own row is not counted
+            store.record_candidate(event.project_key, candidate)
+        elif event.kind == "llm":
+            store.record_llm_calls(event.project_key, event.repo, event.calls)
+
+    def finish(self, report: ProjectReport, source: Source) -> None:
+        with self.lock:
+            self.store.record_project(report.key, report.repo, report.commit, source.raw, source.origin,
+                                      report.status, report.reason, seconds=report.seconds, timings=report.timings)
+
+
+def knowledge(store: Store, source: Source, options: CrawlOptions) -> Knowledge:
+    """What a unit of this source needs from the store (its repository's verdicts, symptoms, states)."""
+    repo = repo_name(source)
+    tasks = []
+    if options.inverter != "procedural":
+        tasks = [task for task in store.list_tasks(repo=repo) if task.repo == repo]
+    return Knowledge(verdicts={cid: Verdict(**v) for cid, v in store.verdicts(repo).items()},
+                     symptoms=store.task_symptoms(repo), states=store.recorded_states(repo), tasks=tasks)
+
+
+@dataclass
+class _Project:
+    """A project's units while they run: its report and the batches not recorded yet."""
+
+    unit: Unit
+    report: ProjectReport | None = None
+    waiting: dict[int, UnitResult] = field(default_factory=dict)  # batch number -> result
+    next_batch: int = 1
+    batches: int = 0
+
+
+class _Driver:
+    """Turns finished units into store rows and new units (a project's batches)."""
+
+    def __init__(self, store: Store, options: CrawlOptions, recorder: Recorder, phase: Phase) -> None:
+        self.store, self.options, self.recorder, self.phase = store, options, recorder, phase
+        self.projects: dict[int, _Project] = {}
+        self.stopped = False
+
+    def units(self, sources: list[Source], types: list, root: str) -> list[Unit]:
+        units = []
+        for index, source in enumerate(sources):
+            unit = Unit(index, source, self.options, types, knowledge(self.store, source, self.options), root)
+            self.projects[index] = _Project(unit)
+            units.append(unit)
+        return units
+
+    def finish(self, unit: Unit, result: UnitResult) -> list[Unit]:
+        """Record a finished unit (its buffered events first); the units it leads to."""
+        project = self.projects[unit.index]
+        if unit.batch is not None:
+            project.waiting[unit.batch.number] = result
+            self._record_batches(project)
+            return []
+        for event in result.events:
+            self.recorder.record(event)
+        project.report = result.report
+        if not result.batches or result.report.status != "mined":
+            self._close(project)
+            return []
+        project.batches = len(result.batches)
+        fresh = knowledge(self.store, unit.source, self.options)  # what the project unit recorded included
+        return [replace(unit, knowledge=fresh.model_copy(deep=True), batch=batch) for batch in result.batches]
+
+    def _record_batches(self, project: _Project) -> None:
+        """Record the batches that are next in order; close the project after its last."""
+        report = project.report
+        assert report is not None
+        while project.next_batch in project.waiting:
+            result = project.waiting.pop(project.next_batch)
+            project.next_batch += 1
+            kept = 0
+            for event in result.events:
+                kept += self._record_batch_event(report.validated + kept, result.report, event)
+            _add_up(report, result.report)
+        if project.next_batch > project.batches:
+            self._close(project)
+
+    def _record_batch_event(self, stored: int, batch: ProjectReport, event: Event) -> int:
+        """Record one event of a batch, `stored` tasks of the project being stored already; 1 when
+        it stored a task. A task beyond the limit is not stored (nor its candidate: a later crawl
+        with a higher limit tries it again); one whose symptom an earlier batch stored is refused."""
+        candidate, task = event.candidate, event.task
+        if event.kind != "candidate" or candidate is None or task is None:
+            self.recorder.record(event)
+            return 0
+        limit = self.options.max_tasks_per_repo
+        refused = limit is not None and stored >= limit
+        if not refused and self.store.symptoms(event.repo, event.commit).get(
+                (task.family, frozenset(task.f2p)), 0) >= self.options.per_symptom:
+            candidate.status, candidate.rule = "rejected", "duplicate-symptom"
+            candidate.detail = (f"an earlier batch stored a {task.family} task of this project that fails exactly "
+                                f"these {len(task.f2p)} tests")
+            self.recorder.record(event.model_copy(update={"task": None, "files": {}}))
+            refused = True
+        if refused:
+            batch.validated -= 1
+            batch.by_type[candidate.inversion.type_id][1] -= 1
+            return 0
+        self.recorder.record(event)
+        return 1
+
+    def _close(self, project: _Project) -> None:
+        report = project.report
+        assert report is not None
+        report.key = report.key or content_id("unfetched", project.unit.source.raw)
+        report.seconds = max(report.seconds, report.ended - report.started)
+        self.recorder.finish(report, project.unit.source)
+        self.stopped = self.stopped or report.stopped
+        name = project.unit.source.name
+        self.phase(name, f"mined: {report.validated} tasks" if report.status == "mined"
+                   else f"skipped: {report.reason[:70]}")
+
+    def reports(self) -> list[ProjectReport]:
+        return [p.report or ProjectReport(source=p.unit.source.raw, status="skipped", reason="not run")
+                for _, p in sorted(self.projects.items())]
+
+
+def _add_up(report: ProjectReport, batch: ProjectReport) -> None:
+    """A batch's counts and times added to its project's report."""
+    report.tried += batch.tried
+    report.validated += batch.validated
+    report.resumed += batch.resumed
+    report.suite_runs += batch.suite_runs
+    report.tokens += batch.tokens
+    for type_id, (tried, validated) in batch.by_type.items():
+        counts = report.by_type.setdefault(type_id, [0, 0])
+        counts[0] += tried
+        counts[1] += validated
+    merge(report.timings, batch.timings)
+    report.started = min(report.started, batch.started)
+    report.ended = max(report.ended, batch.ended)
+    if batch.status != "mined" and report.status == "mined":
+        report.reason = f"a batch was skipped: {batch.reason}"
+
+
 def crawl(repos: Path, store: Store, options: CrawlOptions, on_phase: Phase | None = None) -> CrawlReport:
     """Mine every source of a repos file; malformed lines are reported and the rest still run."""
     start = time.monotonic()
     sources, errors = parse_repos(repos)
     catalogue = select_types(load_catalogue(options.catalogue_dirs), options.types)
-    backend = get_backend(options.backend)
-    types = [t for t in catalogue if backend.name in t.backends]
+    if options.backend == "auto":
+        options = replace(options, backend="docker" if docker_available() else "local")
+    types = [t for t in catalogue if options.backend in t.backends]
+    if options.executor == "local":
+        backend_for(options.backend)  # no engine, no bwrap: one error now, not a skip per project
     phase = on_phase or (lambda name, text: None)
-    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        reports = list(pool.map(lambda s: mine_source(s, store.root, backend, types, options, phase), sources))
-    return CrawlReport(reports, [str(e) for e in errors], time.monotonic() - start)
+    recorder = Recorder(store)
+    driver = _Driver(store, options, recorder, phase)
+    root = str(options.cache_dir) if options.cache_dir is not None else str(store.root)
+    units = driver.units(sources, types, root)
+    get_executor(options).run(units, recorder.record, driver.finish, phase)
+    if options.cache_dir is not None and options.cache_limit_gb is not None:  # this node's cache, whenever trimmed last
+        trim_cache(options.cache_dir, int(options.cache_limit_gb * GB))
+    return CrawlReport(driver.reports(), [str(e) for e in errors], time.monotonic() - start)
 
 
-def mine_source(source: Source, root: Path, backend: Backend, types: list[InversionType],
-                options: CrawlOptions, phase: Phase) -> ProjectReport:
-    """Mine one source, recording a skip with its reason instead of raising."""
-    store = Store(root)  # one connection per worker thread
-    report, start = ProjectReport(source=source.raw, repo=source.location), time.monotonic()
-    fetched: list[Project] = []
-
-    def on_project(project: Project) -> None:
-        fetched.append(project)
-        report.repo = project.repo
-        store.record_project(project.key, project.repo, project.commit, source.raw, source.origin, "running")
-
+def mine_source(source: Source, root: Path, backend: object, types: list, options: CrawlOptions,
+                phase: Phase) -> ProjectReport:
+    """Mine one source into the store at `root` (in this process), recording like a crawl."""
+    store = Store(root)
     try:
-        check_free_space(store.root, options.min_free_gb)
-        prepared = prepare(source, backend, store, timeout=options.timeout, on_project=on_project,
-                           say=lambda text: phase(source.name, text))
-        _mine_project(prepared, store, types, options, report, lambda text: phase(source.name, text))
-    except (FetchError, BuildError, SkipProject, SandboxError) as exc:
-        report.status, report.reason = "skipped", _reason(exc)
-    except LowDisk as exc:
-        report.status, report.reason, report.stopped = "skipped", str(exc), True
-    except Exception as exc:  # a bug met on one project must not end the whole crawl
-        report.status = "skipped"
-        report.reason = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        traceback.print_exc()
-    report.seconds = time.monotonic() - start
-    key, commit = (fetched[0].key, fetched[0].commit) if fetched else (content_id("unfetched", source.raw), "")
-    store.record_project(key, report.repo, commit, source.raw, source.origin, report.status, report.reason,
-                         seconds=report.seconds)
-    store.close()
-    phase(source.name, f"mined: {report.validated} tasks" if report.status == "mined" else f"skipped: {report.reason[:70]}")
-    return report
-
-
-def _reason(exc: Exception) -> str:
-    kind = {FetchError: "fetch failed", PinError: "fetch failed", BuildError: "build failed"}.get(type(exc), "")
-    text = str(exc).strip()
-    log = getattr(exc, "log", "")
-    if log:
-        text += " | " + " / ".join(log.strip().splitlines()[-3:])
-    return f"{kind}: {text}" if kind else text
-
-
-def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], options: CrawlOptions,
-                  report: ProjectReport, phase: Callable[[str], None]) -> None:
-    project, state, backend, env = prepared.project, prepared.state, prepared.backend, prepared.env
-    timeout = float(project.source.overrides.get("timeout", options.timeout))
-    extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
-    report.suite_seconds = state.suite_seconds
-    store.record_project(project.key, project.repo, project.commit, project.source.raw, project.source.origin,
-                         "running", healthy=state)
-    phase("choosing inversion points")
-    test_files = {f for f in map(test_file_of, state.outcomes) if f}
-    extra_targets = targets_beneath(state.system, project.path, test_files) if options.system else []
-    graph = graphs.build_graph(project, state)
-    procedural = options.inverter != "agent"
-    candidates = choose_candidates(project, state, types, options, graph, extra_targets) if procedural else []
-    ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
-                  symptoms=store.symptoms(project.repo, project.commit), per_symptom=options.per_symptom)
-    by_id = {t.id: t for t in types}
-    total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
-    for number, inversion in enumerate(_adaptive(candidates, options, lambda inv: store.candidate_rule(
-            inv.id_for(project))), 1):
-        if options.max_tasks_per_repo is not None and report.validated >= options.max_tasks_per_repo:
-            break
-        if number > total:
-            break
-        check_free_space(store.root, options.min_free_gb)
-        name = f"candidate {number}/{total} {inversion.type_id} on {inversion.target.name}"
-        phase(name)
-        phase(f"{name}: {_result(_try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph))}")
-    if options.inverter in ("agent", "both") and options.agent is not None:
-        _mine_with_agent(ctx, project, store, types, options, report, graph, extra_targets, phase)
-
-
-def _mine_with_agent(ctx: Context, project: Project, store: Store, types: list[InversionType], options: CrawlOptions,
-                     report: ProjectReport, graph: nx.DiGraph, extra_targets: list[Target],
-                     phase: Callable[[str], None]) -> None:
-    """The agent's candidates: one conversation per goal, each submission judged and stored like
-    a procedural candidate, every model call recorded against the candidate it led to."""
-    agent_options = options.agent
-    assert agent_options is not None
-    client, model = agent_options.client, agent_options.client.settings.model
-    instruct = None
-    if agent_options.instructions:
-        instruct = instruction_writer(client, lambda call: store.record_llm_calls(
-            project.key, project.repo, [{**call.row(), "purpose": "instruction"}]))
-    # Goals see the tasks no model made: a rerun (or a resumed crawl) with the same seed then asks
-    # the same questions, which the cache answers for free; the seed spreads the goals instead.
-    mined = [task for task in store.list_tasks(repo=project.repo) if task.model is None]
-    targets = enumerate_targets(project, ctx.state, extra_targets)
-    goals = make_goals(project, ctx.state, graph, targets, types, mined, agent_options.settings.goals, options.seed)
-
-    def judge(inversion: Inversion) -> Candidate:
-        verdict = store.candidate_verdict(inversion.id_for(project))
-        if verdict is not None:  # asked before (a resumed crawl): the stored verdict, not a new run
-            report.resumed += 1
-            return Candidate(id=inversion.id_for(project), repo=project.repo, commit=project.commit,
-                             inversion=inversion, **verdict)
-        return _try(ctx, project, store, inversion, agent_type(inversion), report, graph, model=model,
-                    instruct=instruct)
-
-    agent = Agent(client, ctx, project, graph, types, mined, agent_options.settings, judge=judge)
-    for number, goal in enumerate(goals, 1):
-        if options.max_tasks_per_repo is not None and report.validated >= options.max_tasks_per_repo:
-            break
-        if client.budget.exhausted:
-            phase("agent: crawl token budget spent")
-            break
-        check_free_space(store.root, options.min_free_gb)
-        phase(f"agent goal {number}/{len(goals)}: {goal.category} on {goal.target.name}")
-        result = agent.run(goal)
-        store.record_llm_calls(project.key, project.repo, [
-            {**turn.call.row(), "goal": goal.id, "round": turn.round,
-             "candidate_id": turn.candidate_id} for turn in result.turns])
-        report.tokens += result.tokens
-
-
-def _adaptive(candidates: list[Inversion], options: CrawlOptions,
-              rule_of: Callable[[Inversion], str | None]) -> Iterator[Inversion]:
-    """The candidates in order; with graph selection, a target whose break reached no test
-    (`no-f2p`: the prediction was wrong for it) has its remaining candidates moved to the end.
-
-    The rule of each candidate is read from the store after it was tried (or when a resumed
-    crawl finds it there), so a resumed crawl takes the same course.
-    """
-    queue, deferred, missed = deque(candidates), deque(), set()
-    while queue or deferred:
-        from_queue = bool(queue)
-        inversion = queue.popleft() if from_queue else deferred.popleft()
-        if from_queue and options.select == "graph" and inversion.target.key in missed:
-            deferred.append(inversion)
-            continue
-        yield inversion
-        if rule_of(inversion) == "no-f2p":
-            missed.add(inversion.target.key)
-
-
-def choose_candidates(project: Project, state: HealthyState, types: list[InversionType],
-                      options: CrawlOptions, graph: nx.DiGraph | None = None,
-                      extra_targets: list[Target] | None = None) -> list[Inversion]:
-    """Graph-guided or blind (random) choice of (target, type) candidates, in a deterministic order.
-
-    `extra_targets` are the backend's (system libraries, services): kinds the graph models
-    (syslib, debpkg) are selected like the others, the rest are tried after them, unpredicted.
-    """
-    inverter = ProceduralInverter(types, seed=options.seed)
-    targets = enumerate_targets(project, state, extra_targets or [])
-    if options.select == "random":
-        return inverter.candidates(project, state, targets=targets, budget=options.budget, shuffle=True)
-    graph = graph if graph is not None else graphs.build_graph(project, state)
-    modelled = [t for t in targets if t.kind not in graphs.UNMODELLED_KINDS]
-    chosen = graphs.select_targets(graph, state, modelled, budget=None, seed=options.seed)
-    radius = {target.key: (predicted, depth) for target, predicted, depth in chosen}
-    ordered = [target for target, _, _ in chosen] + [t for t in targets if t.kind in graphs.UNMODELLED_KINDS]
-    # A larger pool than the budget: targets that miss give their turn to the next ones (_adaptive).
-    pool = None if options.budget is None else options.budget * ADAPTIVE_POOL
-    candidates = inverter.candidates(project, state, targets=ordered, budget=pool)
-    for inversion in candidates:
-        predicted, depth = radius.get(inversion.target.key, (None, None))
-        inversion.predicted_f2p = sorted(predicted) if predicted is not None else None
-        inversion.graph_depth = depth
-    return candidates
-
-
-def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, itype: InversionType,
-         report: ProjectReport, graph: nx.DiGraph | None = None, model: str | None = None,
-         instruct: Callable[[Task, Candidate, HealthyState], str] | None = None) -> Candidate | None:
-    """Validate and store one candidate (None when the store already holds it)."""
-    cid = inversion.id_for(project)
-    counts = report.by_type.setdefault(inversion.type_id, [0, 0])
-    if store.has_candidate(cid):
-        report.resumed += 1
-        return None
-    candidate = validate(ctx, inversion, whole_suite_ok=itype.whole_suite)
-    report.tried += 1
-    counts[0] += 1
-    report.suite_runs += candidate.suite_runs
-    if candidate.status == "validated":
-        task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, graph)
-        task.model, task.evidence = model, list(inversion.evidence)
-        if instruct is not None:
-            task.instruction = instruct(task, candidate, ctx.state)
-        store.add_task(task, task_files(task, ctx.state, candidate))
-        symptom = (task.family, frozenset(task.f2p))
-        ctx.symptoms[symptom] = ctx.symptoms.get(symptom, 0) + 1
-        report.validated += 1
-        counts[1] += 1
-    store.record_candidate(project.key, candidate)
-    return candidate
-
-
-def _result(candidate: Candidate | None) -> str:
-    """A candidate's result in a few words, for the progress line."""
-    if candidate is None:
-        return "already in the store"
-    return "validated" if candidate.status == "validated" else f"rejected ({candidate.rule})"
-
+        options = replace(options, executor="local", jobs=1, backend=getattr(backend, "name", options.backend))
+        recorder = Recorder(store)
+        driver = _Driver(store, options, recorder, phase)
+        units = driver.units([source], types, str(options.cache_dir or store.root))
+        get_executor(options).run(units, recorder.record, driver.finish, phase)
+        return driver.reports()[0]
+    finally:
+        store.close()

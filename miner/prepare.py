@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from miner import __version__
 from miner.healthy import measure_project
@@ -31,8 +32,19 @@ from miner.models import HealthyState, Project, Source, content_id
 from miner.sandbox.base import Backend, BuildSpec, Healthy
 from miner.sources import FetchError, fetch, cache_entry
 from miner.store import Store
+from miner.timing import Clock, timed
 
 Say = Callable[[str], None]
+
+
+class States(Protocol):
+    """Where prepare() finds and keeps healthy states: the store, or a unit's view of it (miner.mine)."""
+
+    root: Path
+
+    def recorded_state(self, key: str) -> HealthyState | None: ...
+
+    def record_state(self, key: str, state: HealthyState) -> None: ...
 
 
 class PinError(FetchError):
@@ -92,25 +104,30 @@ def state_key(project: Project, backend: str, spec: BuildSpec) -> str:
                       spec.install_script, spec.env, __version__)
 
 
-def prepare(source: Source, backend: Backend, store: Store | None, *, commit: str | None = None,
+def prepare(source: Source, backend: Backend, store: Store | States | None, *, commit: str | None = None,
             timeout: float = 600.0, work: Path | None = None, say: Say | None = None,
-            on_project: Callable[[Project], None] | None = None, measure: bool = True) -> Prepared:
+            on_project: Callable[[Project], None] | None = None, measure: bool = True,
+            clock: Clock | None = None, parallel: bool = False) -> Prepared:
     """Fetch (pinned when `commit` is given), build and measure (or reuse) a project's healthy state.
 
     `store` None keeps nothing: the work happens in `work` (a temporary folder by default is the
     caller's business: pass one). `on_project` hears of the fetched project before it is built.
     With `measure` False, a state that is not recorded yet is not measured either (state None).
+    `clock` times the phases fetch, build and healthy; with `parallel`, the healthy suite's two
+    runs happen at the same time (a spare core).
     Raises FetchError/PinError, BuildError, SkipProject.
     """
     say = say or (lambda text: None)
     root = store.root if store is not None else Path(work or tempfile.mkdtemp(prefix="miner-prepare-"))
     say(f"fetching {source.raw}")
-    project = fetch_pinned(source, root / "cache" / "sources", commit)
+    with timed(clock, "fetch"):
+        project = fetch_pinned(source, root / "cache" / "sources", commit)
     if on_project is not None:
         on_project(project)
     spec = build_spec(project, backend=backend.name)
     say(f"building ({backend.name} sandbox)")
-    env = backend.build(project, spec, root / "work" / project.key)
+    with timed(clock, "build"):
+        env = backend.build(project, spec, root / "work" / project.key)
     key = state_key(project, backend.name, spec)
     state = store.recorded_state(key) if store is not None else None
     if state is not None:
@@ -120,7 +137,8 @@ def prepare(source: Source, backend: Backend, store: Store | None, *, commit: st
         return Prepared(project, spec, env, None, backend)
     say("recording the healthy state (the test suite runs twice)")
     timeout = float(project.source.overrides.get("timeout", timeout))
-    state = measure_project(backend, env, project, spec, timeout)
+    with timed(clock, "healthy"):
+        state = measure_project(backend, env, project, spec, timeout, parallel=parallel)
     if store is not None:
         store.record_state(key, state)
     return Prepared(project, spec, env, state, backend)

@@ -261,6 +261,13 @@ def _normalise_url(url: str) -> str:
 # Fetching
 
 
+def repo_name(source: Source) -> str:
+    """The repository name `fetch` gives the source's project (Project.repo), known before fetching."""
+    if source.kind == "pypi":
+        return f"pypi:{canonicalize_name(source.location.split('==')[0])}"
+    return source.location if source.kind == "git" else str(Path(source.location))
+
+
 def fetch(source: Source, cache: Path, *, sdist_url: str | None = None, sdist_sha256: str | None = None) -> Project:
     """Fetch a source into the cache and pin it; raise FetchError with a reason on failure.
 
@@ -346,7 +353,7 @@ def _fetch_git(source: Source, cache: Path) -> Project:
         checkout = entry / "checkouts" / sha
         if not checkout.exists():
             _export(repo, sha, checkout)
-    return Project(source=source, repo=url, commit=sha, path=checkout)
+    return Project(source=source, repo=repo_name(source), commit=sha, path=checkout)
 
 
 def _clone_or_update(url: str, bare: Path, ref: str | None) -> git.Repo:
@@ -450,7 +457,7 @@ def _fetch_local(source: Source, cache: Path) -> Project:
         except (OSError, shutil.Error) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise FetchError(f"cannot copy {folder}: {exc}") from None
-    return Project(source=source, repo=str(folder), commit=commit, path=checkout)
+    return Project(source=source, repo=repo_name(source), commit=commit, path=checkout)
 
 
 def _folder_commit(folder: Path, digest: str) -> str:
@@ -505,7 +512,6 @@ def _file_sha256(path: Path) -> str:
 
 def _fetch_pypi(source: Source, cache: Path, url: str | None = None, sha256: str | None = None) -> Project:
     name, version = source.location.split("==")
-    canonical = canonicalize_name(name)
     entry = cache_entry(source, cache)
     with _locked(entry.with_suffix(".lock")):
         sdist = _cached_sdist(entry) or (_download_url(url, sha256, entry) if url
@@ -514,7 +520,7 @@ def _fetch_pypi(source: Source, cache: Path, url: str | None = None, sha256: str
         unpacked = entry / f"src-{sha[:12]}"
         if not unpacked.exists():
             unpack_archive(sdist, unpacked)
-    return Project(source=source, repo=f"pypi:{canonical}", commit=sha, path=_sdist_root(unpacked))
+    return Project(source=source, repo=repo_name(source), commit=sha, path=_sdist_root(unpacked))
 
 
 def _cached_sdist(entry: Path) -> Path | None:

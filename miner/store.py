@@ -39,6 +39,7 @@ SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 120_000  # writers queue behind a task folder being fsynced
 TMP_PREFIX = ".tmp-"
 PROJECT_STATUSES = ("mined", "skipped", "running")
+ADDED_COLUMNS = (("projects", "timings_json", "TEXT"), ("candidates", "timings_json", "TEXT"))
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS projects (
@@ -52,7 +53,8 @@ CREATE TABLE IF NOT EXISTS projects (
     healthy_json TEXT,
     started TEXT,
     finished TEXT,
-    seconds REAL NOT NULL DEFAULT 0
+    seconds REAL NOT NULL DEFAULT 0,
+    timings_json TEXT  -- phase -> seconds before the candidates (miner.timing.PROJECT_PHASES)
 );
 CREATE TABLE IF NOT EXISTS candidates (
     id TEXT PRIMARY KEY,
@@ -70,7 +72,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     predicted_f2p_json TEXT,
     f2p_json TEXT NOT NULL DEFAULT '[]',
     graph_depth INTEGER,
-    created TEXT NOT NULL
+    created TEXT NOT NULL,
+    timings_json TEXT  -- phase -> seconds (miner.timing.CANDIDATE_PHASES)
 );
 CREATE INDEX IF NOT EXISTS candidates_project ON candidates (project_key);
 CREATE INDEX IF NOT EXISTS candidates_type ON candidates (type_id);
@@ -219,8 +222,16 @@ class Store:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._conn.execute(statement)
+            self._add_columns()
             self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self.last_recovery = self.recover()
+
+    def _add_columns(self) -> None:
+        """Columns added after a table was first made: a store written by an older miner gets them."""
+        for table, column, kind in ADDED_COLUMNS:
+            present = {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -306,18 +317,21 @@ class Store:
         reason: str = "",
         healthy: HealthyState | None = None,
         seconds: float = 0.0,
+        timings: dict[str, float] | None = None,
     ) -> None:
-        """Insert or update a project row. 'running' stamps `started`; the others `finished`."""
+        """Insert or update a project row. 'running' stamps `started`; the others `finished`.
+        `timings` (phase -> seconds) is kept when given, else left as it was."""
         if status not in PROJECT_STATUSES:
             raise ValueError(f"project status must be one of {PROJECT_STATUSES}, not {status!r}")
         now = _now()
         healthy_json = healthy.model_dump_json() if healthy is not None else None
+        timings_json = json.dumps(timings) if timings is not None else None
         finished = None if status == "running" else now
         with self._write() as conn:
             conn.execute(
                 """INSERT INTO projects (key, repo, "commit", source_raw, origin, status, reason,
-                                         healthy_json, started, finished, seconds)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                         healthy_json, started, finished, seconds, timings_json)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (key) DO UPDATE SET
                      repo = excluded.repo, "commit" = excluded."commit",
                      source_raw = excluded.source_raw, origin = excluded.origin,
@@ -325,9 +339,10 @@ class Store:
                      healthy_json = COALESCE(excluded.healthy_json, projects.healthy_json),
                      started = CASE WHEN excluded.status = 'running' THEN excluded.started
                                     ELSE COALESCE(projects.started, excluded.started) END,
-                     finished = excluded.finished, seconds = excluded.seconds""",
+                     finished = excluded.finished, seconds = excluded.seconds,
+                     timings_json = COALESCE(excluded.timings_json, projects.timings_json)""",
                 (key, repo, commit, source_raw, origin, status, reason, healthy_json, now,
-                 finished, seconds),
+                 finished, seconds, timings_json),
             )
 
     def project_status(self, key: str) -> str | None:
@@ -360,6 +375,11 @@ class Store:
         rows = self._query("SELECT state_json FROM healthy_states WHERE key = ?", (key,))
         return HealthyState.model_validate_json(rows[0][0]) if rows else None
 
+    def recorded_states(self, repo: str) -> dict[str, HealthyState]:
+        """Every healthy state recorded for a repository, by preparation key."""
+        rows = self._query("SELECT key, state_json FROM healthy_states WHERE repo = ?", (repo,))
+        return {row["key"]: HealthyState.model_validate_json(row["state_json"]) for row in rows}
+
     def record_state(self, key: str, state: HealthyState) -> None:
         """Keep a measured healthy state for later preparations with the same key."""
         with self._write() as conn:
@@ -387,6 +407,12 @@ class Store:
         return {"status": row["status"], "rule": row["rule"], "detail": row["detail"],
                 "f2p": json.loads(row["f2p_json"] or "[]")}
 
+    def verdicts(self, repo: str) -> dict[str, dict[str, Any]]:
+        """Every stored candidate of a repository: id -> status, rule, detail and f2p."""
+        rows = self._query("SELECT id, status, rule, detail, f2p_json FROM candidates WHERE repo = ?", (repo,))
+        return {row["id"]: {"status": row["status"], "rule": row["rule"], "detail": row["detail"],
+                            "f2p": json.loads(row["f2p_json"] or "[]")} for row in rows}
+
     def record_candidate(self, project_key: str, cand: Candidate) -> None:
         """Record a validated or rejected candidate; recording the same id again updates it."""
         inv = cand.inversion
@@ -395,17 +421,19 @@ class Store:
             conn.execute(
                 """INSERT INTO candidates (id, project_key, repo, "commit", type_id, family, target,
                                            status, rule, detail, suite_runs, seconds,
-                                           predicted_f2p_json, f2p_json, graph_depth, created)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                           predicted_f2p_json, f2p_json, graph_depth, created, timings_json)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (id) DO UPDATE SET
                      project_key = excluded.project_key, status = excluded.status,
                      rule = excluded.rule, detail = excluded.detail,
                      suite_runs = excluded.suite_runs, seconds = excluded.seconds,
                      predicted_f2p_json = excluded.predicted_f2p_json,
-                     f2p_json = excluded.f2p_json, graph_depth = excluded.graph_depth""",
+                     f2p_json = excluded.f2p_json, graph_depth = excluded.graph_depth,
+                     timings_json = excluded.timings_json""",
                 (cand.id, project_key, cand.repo, cand.commit, inv.type_id, inv.family,
                  inv.target.key, cand.status, cand.rule, cand.detail, cand.suite_runs,
-                 cand.seconds, predicted, json.dumps(cand.f2p), inv.graph_depth, _now()),
+                 cand.seconds, predicted, json.dumps(cand.f2p), inv.graph_depth, _now(),
+                 json.dumps(cand.timings)),
             )
 
     # -- tasks ----------------------------------------------------------------------------
@@ -585,6 +613,12 @@ class Store:
             found[key] = found.get(key, 0) + 1
         return found
 
+    def task_symptoms(self, repo: str) -> list[tuple[str, str, list[str]]]:
+        """(commit, family, F2P) of every stored task of a repository (duplicate-symptom, all commits)."""
+        rows = self._query('SELECT "commit", family, task_json FROM tasks WHERE repo = ? ORDER BY created, id',
+                           (repo,))
+        return [(row["commit"], row["family"], json.loads(row["task_json"])["f2p"]) for row in rows]
+
     def _f2p_sets(self) -> dict[str, dict[frozenset[str], int]]:
         """Per repo, its tasks' F2P sets with how many tasks have each."""
         found: dict[str, dict[frozenset[str], int]] = {}
@@ -594,11 +628,34 @@ class Store:
             sets[key] = sets.get(key, 0) + 1
         return found
 
+    def _project_times(self) -> dict[str, dict[str, Any]]:
+        """Per repo: `seconds` (wall of its latest crawl), `suite_seconds` (one healthy suite run),
+        `suite_runs` (its candidates' suite runs, partial runs as fractions), `candidate_seconds`,
+        and the phase tables: `timings` (its candidates' phases summed) and `project_timings`
+        (fetch, build, healthy state, graph, choice of candidates, healthy manifest)."""
+        found: dict[str, dict[str, Any]] = {}
+        for row in self._query("""SELECT repo, seconds, healthy_json, timings_json FROM projects
+                                  ORDER BY started, key"""):
+            healthy = json.loads(row["healthy_json"]) if row["healthy_json"] else {}
+            found[row["repo"]] = {"seconds": round(row["seconds"], 3),
+                                  "suite_seconds": healthy.get("suite_seconds", 0.0),
+                                  "project_timings": json.loads(row["timings_json"] or "{}"),
+                                  "suite_runs": 0.0, "candidate_seconds": 0.0, "timings": {}}
+        for row in self._query("SELECT repo, suite_runs, seconds, timings_json FROM candidates"):
+            times = found.setdefault(row["repo"], {"seconds": 0.0, "suite_seconds": 0.0, "project_timings": {},
+                                                   "suite_runs": 0.0, "candidate_seconds": 0.0, "timings": {}})
+            times["suite_runs"] = round(times["suite_runs"] + row["suite_runs"], 3)
+            times["candidate_seconds"] = round(times["candidate_seconds"] + row["seconds"], 3)
+            for phase, value in json.loads(row["timings_json"] or "{}").items():
+                times["timings"][phase] = round(times["timings"].get(phase, 0.0) + value, 3)
+        return found
+
     def stats(self) -> dict[str, Any]:
         """Candidate counts and yield (validated / tried): overall, per type, per project.
 
         by_project is keyed by repo and also lists projects without candidates (skipped
-        ones), with the status and reason of the project's latest row.
+        ones), with the status and reason of the project's latest row, and its times (see
+        `_project_times`: wall seconds, one healthy suite run, suite runs, phase tables).
         """
         total = _counts()
         by_type: dict[str, dict[str, Any]] = {}
@@ -619,6 +676,8 @@ class Store:
         for repo, sets in self._f2p_sets().items():
             bucket = by_project.setdefault(repo, {**_counts(), "status": "", "reason": ""})
             bucket["tasks"], bucket["distinct_f2p"] = sum(sets.values()), len(sets)
+        for repo, times in self._project_times().items():
+            by_project.setdefault(repo, {**_counts(), "status": "", "reason": ""}).update(times)
         counts = self._query("SELECT (SELECT COUNT(*) FROM tasks), (SELECT COUNT(*) FROM projects)")
         return {
             **total,

@@ -6,10 +6,17 @@ the report, so they can be passed back to pytest to run a subset.
 
     suite = run_suite(sandbox, pytest_command(project))
     again = run_suite(sandbox, suite_command, tests=["tests/test_x.py::test_y"])
+    suite, then = run_suite_then(sandbox, command, then="more shell")   # one command, one more section
+
+The report comes back in the same command's output (gzip + base64 between markers, then it is
+removed), so a run costs one command in the sandbox, not three; `then` appends more shell to
+that command (the derived probes), whose output comes back separately.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import re
 import shlex
 import time
@@ -30,6 +37,8 @@ TAIL_CHARS = 4000
 # How pytest refuses asked-for ids it cannot collect (it then runs nothing at all).
 NOT_FOUND = re.compile(r"^ERROR: (?:not found:|found no collectors for) (\S.*?)\s*$", re.MULTILINE)
 RETRIES = 3
+REPORT_BEGIN, REPORT_END = "::miner-junit-begin::", "::miner-junit-end::"
+THEN_BEGIN = "::miner-then-begin::"
 
 
 def pytest_command(project: Project) -> str:
@@ -37,25 +46,46 @@ def pytest_command(project: Project) -> str:
     return project.source.overrides.get("test") or DEFAULT_COMMAND
 
 
-def suite_command(command: str, report: str, tests: list[str] | None = None) -> str:
-    """The shell command that runs `command` writing a junit report (and only `tests`, if given)."""
+def suite_command(command: str, report: str, tests: list[str] | None = None, deselect: list[str] = ()) -> str:
+    """The shell command that runs `command` writing a junit report (and only `tests`, if given;
+    without the `deselect`ed ones)."""
     parts = [command, f"--junitxml={shlex.quote(report)}", REPORT_FLAGS]
+    parts += [f"--deselect={shlex.quote(t)}" for t in deselect]
     if tests:
         parts += [shlex.quote(t) for t in tests]
     return " ".join(parts)
 
 
-def run_suite(sandbox: Sandbox, command: str, tests: list[str] | None = None, timeout: float | None = None) -> SuiteRun:
-    """Run the suite (or just `tests`) and return one TestResult per test in the report.
+def _script(command: str, report: str, tests: list[str] | None, deselect: list[str], then: str) -> str:
+    """The suite, its report printed between markers (and removed), then `then`; exit as the suite."""
+    quoted = shlex.quote(report)
+    dump = (f"if [ -f {quoted} ] && miner_b64=$(gzip -c {quoted} | base64 -w0) && [ -n \"$miner_b64\" ]; then "
+            f"printf '\\n%s\\n%s\\n%s\\n' {REPORT_BEGIN} \"$miner_b64\" {REPORT_END}; rm -f {quoted}; fi")
+    more = f"; printf '\\n%s\\n' {THEN_BEGIN}; {then}" if then else ""
+    return (f"mkdir -p {REPORT_DIR}; {suite_command(command, report, tests, deselect)}; miner_rc=$?; "
+            f"{dump}{more}; exit $miner_rc")
+
+
+def run_suite(sandbox: Sandbox, command: str, tests: list[str] | None = None, timeout: float | None = None,
+              deselect: list[str] = ()) -> SuiteRun:
+    """Run the suite (or just `tests`, or all but `deselect`) and return one TestResult per test
+    in the report.
 
     Asked-for ids absent from the report are "missing". A run without a readable report
     (collection crash, timeout) has no results; its output tail says why.
     """
+    return run_suite_then(sandbox, command, tests, timeout, deselect)[0]
+
+
+def run_suite_then(sandbox: Sandbox, command: str, tests: list[str] | None = None, timeout: float | None = None,
+                   deselect: list[str] = (), then: str = "") -> tuple[SuiteRun, str | None]:
+    """run_suite, with the shell `then` run after the suite in the same command: (the suite, the
+    output of `then`, None when it did not run to the end of the suite: a timeout)."""
     if tests is not None and not tests:
-        return SuiteRun(command=command, exit_code=0, duration=0.0)
+        return SuiteRun(command=command, exit_code=0, duration=0.0), None
     start = time.monotonic()
     wanted = list(tests) if tests is not None else None
-    result, results = _run_once(sandbox, command, wanted, timeout)
+    result, results, after = _run_once(sandbox, command, wanted, timeout, list(deselect), then)
     for _ in range(RETRIES):
         refused = _refused(result.output) if wanted else set()
         if not refused or result.timed_out:
@@ -66,7 +96,7 @@ def run_suite(sandbox: Sandbox, command: str, tests: list[str] | None = None, ti
         if not wanted:
             break
         left = None if timeout is None else max(1.0, timeout - (time.monotonic() - start))
-        result, retried = _run_once(sandbox, command, wanted, left)
+        result, retried, _ = _run_once(sandbox, command, wanted, left, list(deselect), "")
         results |= retried
     for test_id in tests or []:
         results.setdefault(test_id, TestResult(id=test_id, outcome="missing"))
@@ -77,7 +107,7 @@ def run_suite(sandbox: Sandbox, command: str, tests: list[str] | None = None, ti
         results=results,
         output_tail=result.output[-TAIL_CHARS:],
         timed_out=result.timed_out,
-    )
+    ), after
 
 
 def _refused(output: str) -> set[str]:
@@ -85,14 +115,30 @@ def _refused(output: str) -> set[str]:
     return {found.removeprefix(PROJECT_DIR + "/") for found in NOT_FOUND.findall(output)}
 
 
-def _run_once(
-    sandbox: Sandbox, command: str, tests: list[str] | None, timeout: float | None
-) -> tuple[RunResult, dict[str, TestResult]]:
+def _run_once(sandbox: Sandbox, command: str, tests: list[str] | None, timeout: float | None, deselect: list[str],
+              then: str) -> tuple[RunResult, dict[str, TestResult], str | None]:
     report = f"{REPORT_DIR}/report-{uuid.uuid4().hex[:12]}.xml"
-    result = sandbox.run(f"mkdir -p {REPORT_DIR}; {suite_command(command, report, tests)}", timeout=timeout)
-    data = sandbox.read(report)
-    sandbox.run(f"rm -f {shlex.quote(report)}", timeout=60)
-    return result, parse_junit(data) if data else {}
+    result = sandbox.run(_script(command, report, tests, deselect, then), timeout=timeout)
+    output, after = result.output, None
+    if then and f"\n{THEN_BEGIN}\n" in output:
+        output, _, after = output.rpartition(f"\n{THEN_BEGIN}\n")
+    output, data = _report_of(output)
+    if data is None and not result.timed_out:  # no gzip or base64 in the sandbox: the file is still there
+        data = sandbox.read(report)
+        sandbox.run(f"rm -f {shlex.quote(report)}", timeout=60)
+    return result.model_copy(update={"output": output}), parse_junit(data) if data else {}, after
+
+
+def _report_of(output: str) -> tuple[str, bytes | None]:
+    """(the output without the report, the report's bytes or None) of a suite command's output."""
+    head, found, rest = output.rpartition(f"\n{REPORT_BEGIN}\n")
+    blob, ended, _ = rest.partition(f"\n{REPORT_END}\n")
+    if not found or not ended:
+        return output, None
+    try:
+        return head, gzip.decompress(base64.b64decode(blob.strip()))
+    except (ValueError, OSError, EOFError):
+        return head, None
 
 
 # -- junit XML --------------------------------------------------------------------------------

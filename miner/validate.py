@@ -7,23 +7,35 @@ the break changed is left anywhere in the sandbox; (4) the fix brings every heal
 back; (5) the break replayed on another fresh copy gives the same F2P set. Rule 6 scans what
 the backend declares a break may touch (Capabilities.scan_roots: the sandbox folder locally, the
 whole container file system on Docker).
-When the dependency graph predicted the blast radius, the predicted tests run first and a
-candidate none of them notices stops early (stored F2P/P2P always come from full runs).
+When the dependency graph predicted the blast radius and running it alone costs less than half
+a suite run (by the healthy durations), the predicted tests run first and a candidate none of
+them notices stops early; otherwise the rest of the suite runs, so every test runs once in the
+broken state. With `Context.overlap` (a spare core), the replay (rule 5) runs on its own fresh
+copy beside the fix (rule 4) instead of after it.
 """
 
 from __future__ import annotations
 
+import base64
 import re
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
 from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
 from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
+from miner.timing import Clock
 
 SCRIPT_TIMEOUT = 300.0
 FORKED = f"{MINER_DIR}/forked"  # written before the break: what changed after it is the break's doing
 DIST_INFO = re.compile(r"^(.*/[^/-]+)-[^/]+\.dist-info/")
+INLINE_SCRIPT = 36 * 1024  # scripts up to this size go inside the command that runs them (base64)
+NOT_WRITTEN = 213  # exit code of an inline script that could not be written (no base64 there)
+PREDICT_SHARE = 0.5  # run the predicted tests first when that costs at most this share of a suite run
 
 
 @dataclass
@@ -39,6 +51,7 @@ class Context:
     # Stored tasks of the project by (family, F2P set), and how many may share one (duplicate-symptom).
     symptoms: dict[tuple[str, frozenset[str]], int] = field(default_factory=dict)
     per_symptom: int = 1
+    overlap: bool = False  # a spare core: the replay runs beside the fix
 
 
 class Rejected(Exception):
@@ -67,23 +80,66 @@ class Run:
         self.logs: dict[str, str] = {}
         self.suite_runs = 0.0
         self.healthy_pass = passing(ctx.state.outcomes)
+        self.clock = Clock()
+        self.lock = threading.Lock()  # the replay may run in a second thread
 
-    def apply(self, sandbox: Sandbox, name: str, script: str, network: bool) -> None:
-        sandbox.put(f"{MINER_DIR}/{name}.sh", script.encode(), mode=0o755)
-        result = sandbox.run(f"bash {MINER_DIR}/{name}.sh; rc=$?; rm -f {MINER_DIR}/{name}.sh; exit $rc",
-                             network=network, timeout=SCRIPT_TIMEOUT)
+    @contextmanager
+    def fork(self, phase: str = "fork") -> Iterator[Sandbox]:
+        """A fresh healthy sandbox, its start and removal timed."""
+        with self.clock.phase(phase):
+            sandbox = self.ctx.backend.fork(self.ctx.env)
+        try:
+            yield sandbox
+        finally:
+            with self.clock.phase("close"):
+                sandbox.close()
+
+    def apply(self, sandbox: Sandbox, name: str, script: str, network: bool, mark: bool = False) -> None:
+        """Run a break or fix script (with `mark`, FORKED is written first: rule 6 looks at what
+        changed after it)."""
+        with self.clock.phase("replay-break" if name == "break-replay" else name):
+            self._apply(sandbox, name, script, network, mark)
+
+    def _apply(self, sandbox: Sandbox, name: str, script: str, network: bool, mark: bool) -> None:
+        path, data = f"{MINER_DIR}/{name}.sh", script.encode()
+        run = f"bash {path}; rc=$?; rm -f {path}; exit $rc"
+        result = None
+        if len(data) <= INLINE_SCRIPT:  # one command instead of a put and a run
+            write = (f"mkdir -p {MINER_DIR} && {': > ' + FORKED + ' && ' if mark else ''}"
+                     f"echo {base64.b64encode(data).decode()} | base64 -d > {path} || exit {NOT_WRITTEN}")
+            result = sandbox.run(f"{write}; {run}", network=network, timeout=SCRIPT_TIMEOUT)
+        if result is None or result.exit_code == NOT_WRITTEN:
+            if mark:
+                sandbox.put(FORKED, b"")
+            sandbox.put(path, data, mode=0o755)
+            result = sandbox.run(run, network=network, timeout=SCRIPT_TIMEOUT)
         self.logs[name] = f"$ {name}.sh (exit {result.exit_code}, {result.duration:.1f}s)\n{result.output}"
         if result.exit_code != 0 or result.timed_out:
             rule: RejectRule = "break-failed" if name.startswith("break") else "fix-failed"
             raise Rejected(rule, f"{name} script exited {result.exit_code}{' (timed out)' if result.timed_out else ''}: "
                                  f"{result.output.strip()[-300:]}")
 
-    def check(self, sandbox: Sandbox, tests: list[str] | None = None) -> SuiteRun:
-        suite = run_checks(sandbox, self.ctx.state.test_command, self.ctx.state.probes, tests=tests,
-                           timeout=self.ctx.timeout, extra=self.ctx.extra)
+    def check(self, sandbox: Sandbox, phase: str, tests: list[str] | None = None, deselect: list[str] = ()) -> SuiteRun:
+        with self.clock.phase(phase):
+            suite = run_checks(sandbox, self.ctx.state.test_command, self.ctx.state.probes, tests=tests,
+                               timeout=self.ctx.timeout, extra=self.ctx.extra, clock=self.clock, deselect=deselect)
         total = max(len(self.ctx.state.outcomes), 1)
-        self.suite_runs += 1.0 if tests is None else len(tests) / total
+        with self.lock:
+            self.suite_runs += (len(tests) if tests is not None else total - len(deselect)) / total
         return suite
+
+    def worth_predicting(self, predicted: list[str]) -> bool:
+        """Whether the predicted tests alone cost at most PREDICT_SHARE of a suite run: the run's
+        fixed cost (start-up, collection) is the healthy suite time less its tests' durations."""
+        state = self.ctx.state
+        fixed = max(state.suite_seconds - sum(state.durations.values()), 0.0)
+        return fixed + sum(state.durations.get(t, 0.0) for t in predicted) <= PREDICT_SHARE * state.suite_seconds
+
+    def replay(self, inv: Inversion) -> list[str]:
+        """Rule 5's F2P set: the break replayed on another fresh copy."""
+        with self.fork("replay-fork") as again:
+            self.apply(again, "break-replay", inv.break_script, inv.network_break)
+            return self.f2p_p2p(self.check(again, "replay"))[0]
 
     def f2p_p2p(self, suite: SuiteRun) -> tuple[list[str], list[str]]:
         outcomes = suite.outcomes()
@@ -91,6 +147,10 @@ class Run:
         return f2p, sorted(self.healthy_pass - set(f2p))
 
     def protected_unchanged(self, sandbox: Sandbox) -> None:
+        with self.clock.phase("protected"):
+            self._protected_unchanged(sandbox)
+
+    def _protected_unchanged(self, sandbox: Sandbox) -> None:
         paths = [f"{PROJECT_DIR}/{p}" for p in self.ctx.state.protected]
         now = hash_tree(sandbox, [], paths=paths)
         changed = [p for p in self.ctx.state.protected if now.get(f"{PROJECT_DIR}/{p}") != self.ctx.state.file_hashes[p]]
@@ -98,6 +158,10 @@ class Run:
             raise Rejected("protected-changed", f"protected files changed: {', '.join(changed[:5])}")
 
     def no_leak(self, sandbox: Sandbox) -> None:
+        with self.clock.phase("scan"):
+            self._no_leak(sandbox)
+
+    def _no_leak(self, sandbox: Sandbox) -> None:
         """Rule 6: no file of the broken state holds the original bytes of a changed/removed file.
 
         Only files changed since the fork are hashed (the others hold what they held healthy);
@@ -127,25 +191,24 @@ def validate(ctx: Context, inversion: Inversion, whole_suite_ok: bool = False) -
     """Judge one candidate; the Candidate keeps the rule that rejected it or the evidence of a task."""
     run, start = Run(ctx, inversion), time.monotonic()
     fields: dict = {}
-    try:
-        fields = _judge(run, inversion, whole_suite_ok)
-        status, rule, detail = "validated", None, ""
-    except Rejected as rejection:
-        status, rule, detail = "rejected", rejection.rule, rejection.detail
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="miner-replay") as aside:
+        try:
+            fields = _judge(run, inversion, whole_suite_ok, aside if ctx.overlap else None)
+            status, rule, detail = "validated", None, ""
+        except Rejected as rejection:
+            status, rule, detail = "rejected", rejection.rule, rejection.detail
     return Candidate(
         id=inversion.id_for(ctx.env.project), repo=ctx.state.repo, commit=ctx.state.commit, inversion=inversion,
         status=status, rule=rule, detail=detail, suite_runs=round(run.suite_runs, 3),
-        seconds=round(time.monotonic() - start, 3), logs=run.logs, **fields)
+        seconds=round(time.monotonic() - start, 3), logs=run.logs, timings=run.clock.rounded(), **fields)
 
 
-def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
+def _judge(run: Run, inv: Inversion, whole_suite_ok: bool, aside: ThreadPoolExecutor | None) -> dict:
     ctx = run.ctx
-    with ctx.backend.fork(ctx.env) as sandbox:
-        sandbox.put(FORKED, b"")
-        run.apply(sandbox, "break", inv.break_script, inv.network_break)
+    with run.fork() as sandbox:
+        run.apply(sandbox, "break", inv.break_script, inv.network_break, mark=True)
         run.protected_unchanged(sandbox)
-        _early_stop(run, sandbox, inv)
-        broken = run.check(sandbox)
+        broken = _broken_run(run, sandbox, inv)
         f2p, p2p = run.f2p_p2p(broken)
         if not f2p:
             raise Rejected("no-f2p", "every healthy-passing test still passes")
@@ -154,15 +217,14 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
         if ctx.symptoms.get((inv.family, frozenset(f2p)), 0) >= ctx.per_symptom:
             raise Rejected("duplicate-symptom", f"a stored {inv.family} task of this project already fails exactly "
                                                 f"these {len(f2p)} tests")
+        replay: Future[list[str]] | None = aside.submit(run.replay, inv) if aside is not None else None
         run.no_leak(sandbox)
         run.apply(sandbox, "fix", inv.fix_script, inv.network_fix)
-        fixed = run.check(sandbox)
+        fixed = run.check(sandbox, "fixed")
         still = sorted(t for t in run.healthy_pass if fixed.outcomes().get(t) != "passed")
         if still:
             raise Rejected("fix-failed", f"{len(still)} tests still fail after the fix: {', '.join(still[:5])}")
-    with ctx.backend.fork(ctx.env) as again:
-        run.apply(again, "break-replay", inv.break_script, inv.network_break)
-        replay_f2p, _ = run.f2p_p2p(run.check(again))
+    replay_f2p = replay.result() if replay is not None else run.replay(inv)
     if replay_f2p != f2p:
         diff = sorted(set(replay_f2p) ^ set(f2p))
         raise Rejected("not-reproducible", f"replayed break gave a different F2P set (differs in {', '.join(diff[:5])})")
@@ -170,11 +232,15 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
             "broken_messages": {t: broken.results[t].message for t in f2p if t in broken.results}}
 
 
-def _early_stop(run: Run, sandbox: Sandbox, inv: Inversion) -> None:
-    """Run the predicted blast radius first; stop when none of those tests notices the break."""
+def _broken_run(run: Run, sandbox: Sandbox, inv: Inversion) -> SuiteRun:
+    """The broken state's outcomes. When the predicted blast radius is cheap to run alone, it runs
+    first and a break none of it notices stops there; then the rest of the suite runs."""
     predicted = sorted(set(inv.predicted_f2p or []) & run.healthy_pass)
-    if not predicted or len(predicted) == len(run.healthy_pass):
-        return
-    suite = run.check(sandbox, tests=predicted)
-    if all(suite.outcomes().get(t) == "passed" for t in predicted):
+    if not predicted or len(predicted) == len(run.healthy_pass) or not run.worth_predicting(predicted):
+        return run.check(sandbox, "broken")
+    first = run.check(sandbox, "predicted", tests=predicted)
+    if all(first.outcomes().get(t) == "passed" for t in predicted):
         raise Rejected("no-f2p", f"none of the {len(predicted)} predicted tests failed (stopped early)")
+    rest = run.check(sandbox, "broken", deselect=predicted)
+    rest.results.update(first.results)
+    return rest

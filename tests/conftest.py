@@ -2,7 +2,8 @@
 crawls and exports shared by the session, and what the suite needs from the machine.
 
 Requirements. A test marked `docker` needs a Docker engine and the base image, one marked `harbor`
-the Harbor harness (its venv, the engine and the compose plugin); a test that needs overlay
+the Harbor harness (its venv, the engine and the compose plugin), one marked `ray` Ray (the
+`miner[ray]` extra: the test starts its own two-node cluster); a test that needs overlay
 mounts calls `need("overlay", why)`. When one is missing the test is skipped with the reason, or
 FAILS with it when MINER_REQUIRE names it (`.ci/run` sets MINER_REQUIRE=docker,harbor,overlay).
 
@@ -122,7 +123,7 @@ def summary_rows(output: str) -> dict[str, dict[str, str]]:
 # -- what the suite needs from the machine ------------------------------------------------------
 
 REQUIRE_VAR = "MINER_REQUIRE"
-RESOURCES = ("docker", "harbor", "overlay")
+RESOURCES = ("docker", "harbor", "overlay", "ray")
 HARBOR_VENV = Path(os.environ.get("MINER_HARBOR_VENV", Path.home() / ".cache" / "miner" / "harbor-venv"))
 HARBOR = HARBOR_VENV / "bin" / "harbor"
 
@@ -171,7 +172,14 @@ def harbor_reason() -> str | None:
     return None
 
 
-REASONS: dict[str, Callable[[], str | None]] = {"docker": docker_reason, "harbor": harbor_reason}
+def ray_reason() -> str | None:
+    """Why a Ray cluster cannot be started here (Ray not installed), or None."""
+    from ray_cluster import ray_missing
+
+    return ray_missing()
+
+
+REASONS: dict[str, Callable[[], str | None]] = {"docker": docker_reason, "harbor": harbor_reason, "ray": ray_reason}
 SLOW_FIXTURES = {"mined_crawl"}  # a test that needs one of these (directly or not) is slow
 
 

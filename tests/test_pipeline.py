@@ -369,7 +369,7 @@ def test_bad_input_is_reported_and_the_rest_is_mined(tmp_path: Path) -> None:
 def test_graph_selection_moves_a_target_that_missed_to_the_end() -> None:
     from types import SimpleNamespace
 
-    from miner.pipeline import _adaptive
+    from miner.mine import _adaptive
 
     def cand(name: str, target: str) -> SimpleNamespace:
         return SimpleNamespace(name=name, target=SimpleNamespace(key=target))

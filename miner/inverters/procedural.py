@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import configparser
 import copy
+import functools
 import io
 import json
 import random
@@ -292,8 +293,10 @@ def matches(preconditions: dict[str, Any], target: Target) -> bool:
 # ---------------------------------------------------------------- context providers
 
 
+@functools.lru_cache(maxsize=1024)
 def pip_index_versions(name: str, timeout: float = 30.0) -> list[str]:
-    """Release versions of a distribution on the configured index, newest first ([] when unknown)."""
+    """Release versions of a distribution on the configured index, newest first ([] when unknown);
+    asked once per process (a crawl asks for the same distributions in every project and batch)."""
     try:
         result = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name],
                                 capture_output=True, text=True, timeout=timeout, check=False)

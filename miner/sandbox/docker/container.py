@@ -55,6 +55,7 @@ PROBE_TIMEOUT = 120.0
 INLINE_LIMIT = 64 * 1024  # longer commands go through a file (an argv string holds 128 kB)
 
 SESSION = uuid.uuid4().hex[:12]
+_HAS_TIMEOUT: dict[str, bool] = {}  # image -> whether it has coreutils timeout and bash (asked once)
 _HOST = socket.gethostname()
 
 
@@ -155,8 +156,11 @@ class DockerSandbox(Sandbox):
         try:
             self._network().disconnect(self.container)
             self.container.start()
-            probe = self._exec(["sh", "-c", "command -v timeout >/dev/null && command -v bash >/dev/null"], timeout=60)
-            self.has_timeout = probe[0] == 0
+            if image not in _HAS_TIMEOUT:  # a fresh container of an image answers as every other one
+                probe = self._exec(["sh", "-c", "command -v timeout >/dev/null && command -v bash >/dev/null"],
+                                   timeout=60)
+                _HAS_TIMEOUT[image] = probe[0] == 0
+            self.has_timeout = _HAS_TIMEOUT[image]
         except BaseException:
             self.close()
             raise
