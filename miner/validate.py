@@ -4,7 +4,10 @@ Rules, cheapest first: (1) the break runs inside a fresh copy within its limit; 
 code and test files stay byte-identical; (2) F2P non-empty, and P2P non-empty when the healthy
 suite has several passing tests (unless the type is labelled whole-suite); (6) no copy of what
 the break changed is left anywhere in the sandbox; (4) the fix brings every healthy-passing test
-back; (5) the break replayed on another fresh copy gives the same F2P set. Rule 6 scans what
+back; (5) the break replayed on another fresh copy gives the same F2P set. The solver's view
+(rule `solver-view`): the command the instruction will show, run in a login shell and in
+`bash -c` (miner.solver_view), fails with its first error line after the break and passes after
+the fix, in the same sandbox, one run each. Rule 6 scans what
 the backend declares a break may touch (Capabilities.scan_roots: the sandbox folder locally, the
 whole container file system on Docker).
 When the dependency graph predicted the blast radius, the predicted tests run first and a
@@ -18,8 +21,10 @@ import time
 from dataclasses import dataclass, field
 
 from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
-from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
+from miner.instruction import candidate_symptom
+from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SolverView, SuiteRun
 from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
+from miner.solver_view import judge, log_text, read_view, view_script
 
 SCRIPT_TIMEOUT = 300.0
 FORKED = f"{MINER_DIR}/forked"  # written before the break: what changed after it is the break's doing
@@ -116,6 +121,18 @@ class Run:
         if leaks:
             raise Rejected("answer-leaked", "; ".join(leaks[:3]))
 
+    def solver_view(self, sandbox: Sandbox, view: SolverView, fixed: bool) -> None:
+        """The instruction's command in a solver's login shell and `bash -c` (one run for both):
+        before the fix it fails showing the instruction's first error line, after it passes."""
+        result = sandbox.run(view_script(view.command, self.ctx.timeout), timeout=2 * self.ctx.timeout + 60)
+        runs = read_view(result.output)
+        self.logs[f"solver-view-{'fixed' if fixed else 'broken'}"] = log_text(runs) if runs else result.output[-4000:]
+        problems = judge(view, runs, fixed)
+        if problems:
+            state = "after the fix" if fixed else "in the broken environment"
+            raise Rejected("solver-view", f"{state}, the instruction's command `{view.command}`: "
+                                          + "; ".join(problems))
+
 
 def _unversioned(path: str) -> str:
     """A path with the version dropped from its .dist-info folder: another release of the same
@@ -155,11 +172,15 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
             raise Rejected("duplicate-symptom", f"a stored {inv.family} task of this project already fails exactly "
                                                 f"these {len(f2p)} tests")
         run.no_leak(sandbox)
+        messages = {t: broken.results[t].message for t in f2p if t in broken.results}
+        view = candidate_symptom(inv, f2p, broken.outcomes(), messages, ctx.state).view()
+        run.solver_view(sandbox, view, fixed=False)
         run.apply(sandbox, "fix", inv.fix_script, inv.network_fix)
         fixed = run.check(sandbox)
         still = sorted(t for t in run.healthy_pass if fixed.outcomes().get(t) != "passed")
         if still:
             raise Rejected("fix-failed", f"{len(still)} tests still fail after the fix: {', '.join(still[:5])}")
+        run.solver_view(sandbox, view, fixed=True)
     with ctx.backend.fork(ctx.env) as again:
         run.apply(again, "break-replay", inv.break_script, inv.network_break)
         replay_f2p, _ = run.f2p_p2p(run.check(again))
@@ -167,7 +188,7 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool) -> dict:
         diff = sorted(set(replay_f2p) ^ set(f2p))
         raise Rejected("not-reproducible", f"replayed break gave a different F2P set (differs in {', '.join(diff[:5])})")
     return {"f2p": f2p, "p2p": p2p, "broken": broken.outcomes(), "fixed": fixed.outcomes(),
-            "broken_messages": {t: broken.results[t].message for t in f2p if t in broken.results}}
+            "broken_messages": messages}
 
 
 def _early_stop(run: Run, sandbox: Sandbox, inv: Inversion) -> None:
