@@ -127,7 +127,9 @@ def shows_line(run: ShellRun, line: str) -> bool:
 
 def passes(view: SolverView, run: ShellRun) -> bool:
     """Whether the check passes in this run: pytest ran it and it passed (not skipped); a probe
-    exits as it did healthy (an import or a console script printing what it printed healthy)."""
+    exits as it did healthy and, where its output was recorded, prints what it printed healthy (an
+    import or a console script: stdout; an image's command: both streams as one); a service's
+    answer is fetched."""
     probe = view.probe
     if probe is None:
         skipped = view.outcome == "skipped" and SKIPPED.search(run.output)
@@ -137,9 +139,17 @@ def passes(view: SolverView, run: ShellRun) -> bool:
     expected = probe.expected_exit if probe.expected_exit is not None else 0
     if run.exit_code != expected:
         return False
-    if probe.kind in ("import", "script") and probe.expected_digest:
-        return hashlib.sha256(run.stdout.encode()).hexdigest() == probe.expected_digest
-    return True
+    if not probe.expected_digest:
+        return True
+    if probe.kind in ("import", "script"):  # probe.py digests stdout alone
+        return _digest(run.stdout) == probe.expected_digest
+    # an image's command: the backend digests both streams as one (`docker exec`)
+    stderr = SHELL_NOISE.sub("", run.stderr)
+    return probe.expected_digest in (_digest(run.stdout + stderr), _digest(stderr + run.stdout))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def judge(view: SolverView, runs: list[ShellRun], fixed: bool) -> list[str]:
