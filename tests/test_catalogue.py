@@ -21,7 +21,7 @@ SAMPLE_CONTEXT = {
     "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "six", "version": "1.17.0",
     "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "broken_b64": "aGVsbAo=",
     "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution",
-    "stated_in": "README.md", "stated": "README.md states APP_MODE=production",
+    "stated_in": ["README.md"], "stated": "README.md states APP_MODE=production",
 }
 
 

@@ -399,7 +399,8 @@ def test_stated_value_is_where_the_project_says_it(world, tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_units.py").write_text('import os\nos.environ.get("MODE", "fast")\n')
     facts = code_facts(tmp_path)
-    assert stated_value(tmp_path, facts, "UNITS", "km") == ("app/units.py", "app/units.py reads UNITS with the default 'km'")
+    assert stated_value(tmp_path, facts, "UNITS", "km") == (
+        "app/units.py", "app/units.py reads UNITS with the default 'km'")
     assert stated_value(tmp_path, facts, "MODE", "fast") is None  # the tests are no statement of the project's
 
 

@@ -82,7 +82,8 @@ def test_the_solver_shell_that_does_not_show_the_symptom_is_named() -> None:
 
 
 def test_lines_are_matched_as_pytest_prints_them() -> None:
-    run = shell_run(1, "E       assert 'x' == 'y'\nE   KeyError: <object at 0x7f0a>\nin /tmp/pytest-of-root/pytest-7/x\n")
+    run = shell_run(1, "E       assert 'x' == 'y'\nE   KeyError: <object at 0x7f0a>\n"
+                       "in /tmp/pytest-of-root/pytest-7/x\n")
     assert shows_line(run, "AssertionError: assert 'x' == 'y'")  # pytest drops the prefix of a rewritten assert
     assert shows_line(run, "KeyError: <object at 0x55aa>")  # addresses differ between runs
     assert shows_line(run, "in /tmp/pytest-of-root/pytest-0/x")  # so do pytest's numbered temporary folders

@@ -11,8 +11,9 @@ scope: imports (absolute, relative, `from`, `importlib.import_module`, `python -
 subprocess argv), string literals and path expressions that may name project files
 (`open("x")`, `Path(__file__).parent / "data" / "x.csv"`, module constants, `os.path.join`,
 `importlib.resources.files(pkg) / "x"`), environment variables read (`os.environ[...]`,
-`os.getenv`, `os.environ.get`, `"X" in os.environ`, with the literal default they fall back to) and set (`monkeypatch.setenv`,
-`os.environ[...] = ...`, `patch.dict(os.environ, {...})`), programs run through subprocess, and
+`os.getenv`, `os.environ.get`, `"X" in os.environ`, with the literal default they fall back to)
+and set (`monkeypatch.setenv`, `os.environ[...] = ...`, `patch.dict(os.environ, {...})`),
+programs run through subprocess, and
 the identifiers named. Per file: its functions (fixtures, autouse, usefixtures), classes (bases)
 and lazy `__getattr__` exports.
 

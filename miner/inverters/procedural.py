@@ -574,9 +574,9 @@ class ProceduralInverter:
 
     def _stated_value(self, job: Job) -> dict[str, Any] | None:
         """Where the project's own files state the variable's healthy value (rule 8: `project-files`
-        evidence): `stated_in` (the file) and `stated` (the evidence's detail). None when nowhere."""
+        evidence): `stated_in` (the files: one) and `stated` (the evidence's detail). None when nowhere."""
         found = stated_value(job.project.path, self._code_facts(job.project), job.target.name, job.base["value"])
-        return {"stated_in": found[0], "stated": found[1]} if found else None
+        return {"stated_in": [found[0]], "stated": found[1]} if found else None
 
     def _wrong_value(self, job: Job) -> dict[str, Any] | None:
         value = job.base["value"]

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, Probe, Project, RunResult, TestResult
-from miner.sandbox.layout import render_env_file  # noqa: F401 - re-exported: the environment file's text
 
 
 def miner_env(site_packages: str = "") -> dict[str, str]:

@@ -2,10 +2,10 @@
 
 The healthy environment is a folder on the host (WORKDIR/healthy) holding project/, venv/ and
 home/ (the shell's startup files: ~/.bashrc holds the environment, see miner.sandbox.layout).
-Every command runs as `bash -c` (which reads ~/.bashrc through $BASH_ENV) under bwrap with that folder (or a fork of it) bound at
-/sandbox, the rest of the host read-only, no network unless asked, all capabilities dropped
-(so root cannot read a chmod-000 file), no host daemon sockets (/run is emptied), a memory
-ulimit and a pids cgroup.
+Every command runs as `bash -c` (which reads ~/.bashrc through $BASH_ENV) under bwrap with
+that folder (or a fork of it) bound at /sandbox, the rest of the host read-only, no network
+unless asked, all capabilities dropped (so root cannot read a chmod-000 file), no host daemon
+sockets (/run is emptied), a memory ulimit and a pids cgroup.
 
 Forks are copy-on-write overlays when we are root and the kernel allows it: each command mounts
 overlay(lower=healthy, upper=fork/upper) in its own private mount namespace, so nothing is

@@ -6,8 +6,9 @@ bridge and disconnected before it starts; a command run with network=True reconn
 that command only (and disconnects afterwards).
 
 run():    `docker exec` of bash -c 'cd $MINER_PROJECT; CMD' (bash reads the environment from
-          ~/.bashrc through the image's BASH_ENV, as a harness's exec does) under coreutils `timeout` (kills the whole process group), with a host-side guard that kills
-          the container when even that does not end the command.
+          ~/.bashrc through the image's BASH_ENV, as a harness's exec does) under coreutils
+          `timeout` (kills the whole process group), with a host-side guard that kills the
+          container when even that does not end the command.
 
 A Dockerized project's image also has its own command, ports and health check: the sandbox
 starts and stops that service, asks its ports over HTTP and runs its HEALTHCHECK, all inside

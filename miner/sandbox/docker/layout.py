@@ -15,10 +15,11 @@ image), laid out like every sandbox (see miner.sandbox.base):
 
 build.sh (`build_script`) installs the shell's startup files (miner.sandbox.layout: ~/.bashrc holds
 the environment, ~/.profile, the hooks in /etc/profile.d/ and /etc/bash.bashrc for every user),
-creates the venv and runs miner.install's script in the project folder. A Dockerized project's WORKDIR (where its files are) becomes
-/sandbox/project, with a symlink left at the old place, so the project is exactly what its image
-holds. A broken snapshot is the healthy image plus one layer running the break script
-(`break_dockerfile`). `image_facts` reads what running a Dockerized project's image needs.
+creates the venv and runs miner.install's script in the project folder. A Dockerized project's
+WORKDIR (where its files are) becomes /sandbox/project, with a symlink left at the old place, so
+the project is exactly what its image holds. A broken snapshot is the healthy image plus one
+layer running the break script (`break_dockerfile`). `image_facts` reads what running a
+Dockerized project's image needs.
 """
 
 from __future__ import annotations
@@ -167,9 +168,9 @@ def break_dockerfile(healthy_image: str, break_script_name: str = "break.sh", co
     """The Dockerfile of a broken snapshot: the healthy image plus the break script as one layer.
 
     The script runs like every sandbox command (`bash -c`, which reads ~/.bashrc through BASH_ENV,
-    in $MINER_PROJECT, as root) and is deleted in the same layer, so the snapshot's filesystem holds no copy of it. The script
-    comes from the build context (`context_dir` + its name) or, given as `script`, is written by
-    the Dockerfile itself. Exporters use this text as it is.
+    in $MINER_PROJECT, as root) and is deleted in the same layer, so the snapshot's filesystem
+    holds no copy of it. The script comes from the build context (`context_dir` + its name) or,
+    given as `script`, is written by the Dockerfile itself. Exporters use this text as it is.
     """
     name = break_script_name
     run = f"bash -c 'cd {PROJECT_DIR} && bash /tmp/{name}' && rm -f /tmp/{name}"
