@@ -39,6 +39,8 @@ SHELL_NOISE = re.compile(r"^bash: (cannot set terminal process group|no job cont
                          re.MULTILINE)
 # What differs between two runs of one command: object addresses, pytest's numbered temporary folders.
 VOLATILE = ((re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"pytest-\d+"), "pytest-?"))
+# How pytest's junit report words an error in a fixture (the console prints the error itself).
+JUNIT_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)$')
 PASSED = re.compile(r"\b\d+ passed\b")
 SKIPPED = re.compile(r"\b\d+ skipped\b")
 
@@ -118,9 +120,12 @@ def _normal(text: str) -> str:
 
 
 def shows_line(run: ShellRun, line: str) -> bool:
-    """Whether the run printed the line (pytest prints a rewritten assertion without its
-    "AssertionError: "; the instruction may have shortened the line with " ...")."""
-    needle = line.strip().removesuffix(" ...").removeprefix("AssertionError: ")
+    """Whether the run printed the line: as pytest prints it (a rewritten assertion without its
+    "AssertionError: ", a fixture's error without the report's 'failed on setup with "...'), and
+    the instruction may have shortened it with " ..."."""
+    needle = line.strip().removesuffix(" ...")
+    wrapped = JUNIT_WRAPPED.match(needle)
+    needle = (wrapped.group(1).removesuffix('"') if wrapped else needle).removeprefix("AssertionError: ")
     needle = _normal(needle)[:200]
     return not needle or needle in _normal(run.output)
 

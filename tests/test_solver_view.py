@@ -88,6 +88,7 @@ def test_lines_are_matched_as_pytest_prints_them() -> None:
     assert shows_line(run, "KeyError: <object at 0x55aa>")  # addresses differ between runs
     assert shows_line(run, "in /tmp/pytest-of-root/pytest-0/x")  # so do pytest's numbered temporary folders
     assert shows_line(run, "in /tmp/pytest-of-root/pytest-3/x ...")  # a line the instruction shortened
+    assert shows_line(run, 'failed on setup with "KeyError: <object at 0x1>"')  # a fixture's error, as junit words it
     assert not shows_line(run, "ModuleNotFoundError: No module named 'yaml'")
     assert shows_line(run, "")  # nothing to show: only fail/pass count
 
