@@ -6,6 +6,11 @@ container the verifier scores the untouched (broken) environment 0; in another f
 container, after solution/solve.sh, it scores 1. This is what `harbor run -a nop` and
 `-a oracle` do, without needing Harbor.
 
+The solver's view (tests/solver_view.json, see miner.solver_view): in each of those containers,
+before the verifier, the instruction's command runs in a login shell and in `bash -c`, as root and
+as the project image's own user: untouched it fails showing the instruction's first error line,
+after solution/solve.sh it passes.
+
     results = check_tasks([Path("out/task-a"), Path("out/task-b")])
     bad = [r for r in results if not r.ok]
 """
@@ -23,11 +28,14 @@ from pathlib import Path
 
 import yaml
 
-from miner.models import content_id
+from miner.models import SolverView, content_id
+from miner.solver_view import judge, read_view, view_script
 
 REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
 REWARD = "/logs/verifier/reward.txt"
 VERDICT = "/logs/verifier/verdict.json"
+SOLVER_VIEW = "tests/solver_view.json"
+VIEW_TIMEOUT = 600
 
 
 @dataclass
@@ -39,6 +47,7 @@ class Scenario:
     failing: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     output: str = ""
+    view: list[str] | None = None  # what is wrong with the solver's view ([] when right; None: not run)
 
     def why(self) -> str:
         if self.problems:
@@ -62,7 +71,8 @@ class CheckResult:
     @property
     def ok(self) -> bool:
         return (not self.error and self.nop is not None and self.oracle is not None
-                and self.nop.reward == 0 and self.oracle.reward == 1)
+                and self.nop.reward == 0 and self.oracle.reward == 1 and self.nop.view == []
+                and self.oracle.view == [])
 
     @property
     def reason(self) -> str:
@@ -74,6 +84,10 @@ class CheckResult:
             return f"without the fix the verifier scored {self.nop.reward}: the break does not fail any check"
         if self.oracle.reward != 1:
             return f"after solution/solve.sh the verifier scored {self.oracle.reward}: {self.oracle.why()}"
+        if self.nop.view:
+            return f"solver's view, untouched: {self.nop.view[0]}"
+        if self.oracle.view:
+            return f"solver's view, after solution/solve.sh: {self.oracle.view[0]}"
         return ""
 
 
@@ -92,6 +106,18 @@ def read_config(task_dir: Path) -> dict:
     if not config.get("task", {}).get("name"):
         raise CheckError("task.toml has no [task].name")
     return config
+
+
+def read_solver_view(task_dir: Path) -> tuple[SolverView, list[str]]:
+    """The task's solver view and the users whose shells show it (tests/solver_view.json)."""
+    path = task_dir / SOLVER_VIEW
+    if not path.is_file():
+        raise CheckError(f"no {SOLVER_VIEW}: exported without the solver's view (export it again)")
+    try:
+        data = json.loads(path.read_text())
+        return SolverView.model_validate(data["view"]), list(data.get("users") or ["root"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckError(f"{SOLVER_VIEW} is not valid: {exc}") from None
 
 
 def tar_folder(folder: Path, arcname: str) -> bytes:
@@ -189,13 +215,24 @@ class Checker:
         result.seconds = round(time.monotonic() - start, 2)
         return result
 
+    def solver_view(self, container, view: SolverView, users: list[str], fixed: bool) -> list[str]:  # noqa: ANN001
+        """The instruction's command in a login shell and `bash -c`, as each user: what is wrong ([] if nothing)."""
+        problems = []
+        for user in users:
+            _, out = container.exec_run(["bash", "-c", view_script(view.command, VIEW_TIMEOUT)], user=user)
+            problems += judge(view, read_view(out.decode("utf-8", "replace")), fixed)
+        return problems
+
     def scenario(self, image: str, task_dir: Path, config: dict, with_solution: bool) -> Scenario:
-        """A fresh container: optionally solve.sh (as the oracle agent), then tests/test.sh."""
+        """A fresh container: optionally solve.sh (as the oracle agent), the solver's view, then tests/test.sh."""
         start = time.monotonic()
+        view, users = read_solver_view(task_dir)
         container = self.start(image, task_dir)
         try:
             note = self.solve(container, task_dir, config) if with_solution else ""
+            seen = self.solver_view(container, view, users, fixed=with_solution)
             result = self.verify(container, task_dir, config)
+            result.view = seen
             result.output = note + result.output
         finally:
             container.remove(force=True)
@@ -207,6 +244,7 @@ class Checker:
         try:
             config = read_config(task_dir)
             result.name = config["task"]["name"]
+            read_solver_view(task_dir)  # before the build: a task without one is named at once
             start = time.monotonic()
             image = self.build(task_dir, float(config.get("environment", {}).get("build_timeout_sec") or 1200))
             result.build_seconds = round(time.monotonic() - start, 2)

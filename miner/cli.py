@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 from rich.markup import escape
@@ -38,6 +38,9 @@ from miner import __version__
 from miner.display import make_console, print_block, print_table
 from miner.models import Task
 from miner.store import DB_NAME, DEFAULT_ROOT, Store, StoreError, StoreMissing
+
+if TYPE_CHECKING:
+    from miner.check import CheckResult
 
 DIFFICULTIES = ("easy", "medium", "hard")
 # miner's own exceptions carry messages written for the user. They are found by name, in the
@@ -888,6 +891,14 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], repo
         raise click.ClickException(f"{len(summary.failed)} task(s) could not be exported (see above)")
 
 
+def solver_view_cell(result: CheckResult) -> str:
+    """The check table's solver's-view cell: fails untouched and passes after solve.sh, in every shell."""
+    views = [s.view for s in (result.nop, result.oracle) if s is not None]
+    if len(views) < 2 or any(v is None for v in views):
+        return "-"
+    return "ok" if not any(views) else "[red]wrong[/red]"
+
+
 @main.command()
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
@@ -907,15 +918,17 @@ def check(dirs: tuple[Path, ...], as_json: bool) -> None:
     if as_json:
         print_json([{"path": str(r.path), "name": r.name, "ok": r.ok, "reason": r.reason,
                      "nop": r.nop.reward if r.nop else None, "oracle": r.oracle.reward if r.oracle else None,
+                     "solver_view": {"untouched": r.nop.view if r.nop else None,
+                                     "after_solve": r.oracle.view if r.oracle else None},
                      "build_seconds": r.build_seconds} for r in results])
     else:
         table = Table(title=f"{sum(r.ok for r in results)}/{len(results)} task(s) pass")
-        for column in ("task", "build s", "untouched", "after solve.sh", "result"):
+        for column in ("task", "build s", "untouched", "after solve.sh", "solver's view", "result"):
             table.add_column(column)
         for r in results:
             show = lambda s: "-" if s is None else f"{s.reward} ({s.seconds:.0f}s)"  # noqa: E731
             table.add_row(escape(r.name or str(r.path)), f"{r.build_seconds:.0f}", show(r.nop), show(r.oracle),
-                          "[green]ok[/green]" if r.ok else f"[red]{escape(r.reason)}[/red]")
+                          solver_view_cell(r), "[green]ok[/green]" if r.ok else f"[red]{escape(r.reason)}[/red]")
         print_table(console, table)
     failing = [r for r in results if not r.ok]
     if failing:

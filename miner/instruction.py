@@ -6,6 +6,11 @@ and asks for the environment to be repaired without editing the project's code o
 never names the inversion type, its family, its target, or the fix: error lines that quote the
 type, its summary or a line of the fix script are dropped.
 
+The symptom is chosen by one function, `choose_symptom`, for the instruction (`observed_symptom`,
+from a task) and for the validator's solver-view step (`candidate_symptom`, from a candidate
+before any task exists), so what the crawl checks in a solver's shells is what the instruction
+shows; `Symptom.view()` is that check's record (miner.models.SolverView, see miner.solver_view).
+
     text = write_instruction(task, candidate, healthy)
 """
 
@@ -16,7 +21,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from miner.models import PROJECT_DIR, VENV_DIR, Candidate, HealthyState, Probe, Task
+from miner.models import PROJECT_DIR, VENV_DIR, Candidate, HealthyState, Inversion, Outcome, Probe, SolverView, Task
 
 MAX_LINES = 12
 MAX_LINE_CHARS = 300
@@ -32,6 +37,27 @@ class Symptom:
     outcome: str
     message: list[str] = field(default_factory=list)
     failing: int = 1  # healthy-passing checks that fail now
+    probe: Probe | None = None  # the probe, when the check is one
+
+    @property
+    def printed_line(self) -> str:
+        """The first error line shown that the command itself prints verbatim ("" when none is).
+
+        pytest prints a failure's message (not a skip's reason, by default); a probe's message
+        starts with miner's own summary ("exit 1 (healthy: 0)") and, for an import or a console
+        script, goes on with the program's output, unless the program could not even start (then it
+        is Python's wording of the error, not the shell's); a container's command and service
+        checks are summaries and logs."""
+        if self.probe is None:
+            return self.message[0] if self.message and self.outcome != "skipped" else ""
+        if self.probe.kind not in ("import", "script") or len(self.message) < 2:
+            return ""
+        return "" if self.message[1].startswith("[Errno") else self.message[1]
+
+    def view(self) -> SolverView:
+        """What a solver's shells must show of this symptom (checked by miner.solver_view)."""
+        return SolverView(command=self.command, check=self.check, outcome=self.outcome, line=self.printed_line,
+                          probe=self.probe)
 
 
 def plain_test_command(command: str) -> str:
@@ -95,25 +121,29 @@ def image_checks(task: Task, probes: dict[str, Probe]) -> str:
 ERROR_LINE = re.compile(r"\b\w*(Error|Exception|Exit|Denied)\b")
 
 
-def _choose(candidate: Candidate, probes: dict[str, Probe]) -> str:
+def _choose(f2p: list[str], messages: dict[str, str], probes: dict[str, Probe]) -> str:
     """The failing check to show: a real test before a probe, then one whose message names an
     error within its first lines, then the shortest message (the most direct symptom)."""
 
     def rank(check: str) -> tuple[bool, bool, bool, int, str]:
-        message = candidate.broken_messages.get(check, "")
+        message = messages.get(check, "")
         head = [line for line in message.splitlines() if line.strip()][:MAX_LINES]
         return (check in probes or check.startswith("probe::"), not message,
                 not any(ERROR_LINE.search(line) for line in head), len(message), check)
 
-    return min(sorted(candidate.f2p), key=rank)
+    return min(sorted(f2p), key=rank)
+
+
+def leak_markers(type_id: str, summary: str, fix_script: str) -> list[str]:
+    """Strings whose presence in an error line would hand out the answer."""
+    fix_lines = [line.strip() for line in fix_script.splitlines()]
+    markers = [type_id, summary]
+    markers += [line for line in fix_lines if len(line) >= 20 and not line.startswith("set -")]
+    return [m for m in markers if m]
 
 
 def _leaky(task: Task) -> list[str]:
-    """Strings whose presence in an error line would hand out the answer."""
-    fix_lines = [line.strip() for line in task.fix_script.splitlines()]
-    markers = [task.type_id, task.summary]
-    markers += [line for line in fix_lines if len(line) >= 20 and not line.startswith("set -")]
-    return [m for m in markers if m]
+    return leak_markers(task.type_id, task.summary, task.fix_script)
 
 
 def message_lines(message: str, leaks: list[str]) -> list[str]:
@@ -128,24 +158,42 @@ def message_lines(message: str, leaks: list[str]) -> list[str]:
     return lines
 
 
-def observed_symptom(task: Task, candidate: Candidate, healthy: HealthyState) -> Symptom:
-    """The failing command and its error, from the candidate's broken run."""
-    if not candidate.f2p:
-        raise ValueError(f"candidate {candidate.id} has no failing check to describe")
-    probes = {p.id: p for p in [*healthy.probes, *task.probes]}
-    check = _choose(candidate, probes)
-    test_command = plain_test_command(task.test_command or healthy.test_command)
+def choose_symptom(f2p: list[str], broken: dict[str, Outcome], messages: dict[str, str], *, test_command: str,
+                   probes: dict[str, Probe], leaks: list[str]) -> Symptom:
+    """The failing command and its error, from a broken run: its F2P ids, their outcomes and messages."""
+    if not f2p:
+        raise ValueError("no failing check to describe")
+    check = _choose(f2p, messages, probes)
     if check in probes:
         command = probe_command(probes[check])
     else:
-        command = f"{test_command} {shlex.quote(check)}"
+        command = f"{plain_test_command(test_command)} {shlex.quote(check)}"
     return Symptom(
         command=command,
         check=check,
-        outcome=candidate.broken.get(check, "failed"),
-        message=message_lines(candidate.broken_messages.get(check, ""), _leaky(task)),
-        failing=len(candidate.f2p),
+        outcome=broken.get(check, "failed"),
+        message=message_lines(messages.get(check, ""), leaks),
+        failing=len(f2p),
+        probe=probes.get(check),
     )
+
+
+def observed_symptom(task: Task, candidate: Candidate, healthy: HealthyState) -> Symptom:
+    """The failing command and its error, from the candidate's broken run (what the instruction shows)."""
+    if not candidate.f2p:
+        raise ValueError(f"candidate {candidate.id} has no failing check to describe")
+    return choose_symptom(candidate.f2p, candidate.broken, candidate.broken_messages,
+                          test_command=task.test_command or healthy.test_command,
+                          probes={p.id: p for p in [*healthy.probes, *task.probes]}, leaks=_leaky(task))
+
+
+def candidate_symptom(inversion: Inversion, f2p: list[str], broken: dict[str, Outcome], messages: dict[str, str],
+                      healthy: HealthyState) -> Symptom:
+    """The symptom the instruction of this candidate will show, while it is being validated (the
+    task it would become has the healthy state's test command and probes, the inversion's fix)."""
+    return choose_symptom(f2p, broken, messages, test_command=healthy.test_command,
+                          probes={p.id: p for p in healthy.probes},
+                          leaks=leak_markers(inversion.type_id, inversion.summary, inversion.fix_script))
 
 
 def _outcome_words(outcome: str) -> str:

@@ -32,7 +32,11 @@ TargetKind = Literal[
 SANDBOX_ROOT = "/sandbox"
 PROJECT_DIR = "/sandbox/project"
 VENV_DIR = "/sandbox/venv"
-ENV_FILE = "/sandbox/env.sh"
+HOME_DIR = "/sandbox/home"  # $HOME of every sandbox shell
+# The shell rc file holding the environment the project runs in (the venv on PATH, the project's
+# variables): every bash reads it (see miner.sandbox.layout); break and fix scripts name it
+# $MINER_ENV_FILE.
+ENV_FILE = f"{HOME_DIR}/.bashrc"
 
 
 def content_id(*parts: Any, length: int = 16) -> str:
@@ -249,6 +253,17 @@ RejectRule = Literal[
 ]
 
 
+class SolverView(BaseModel):
+    """What a solver meets: the instruction's command, run in a solver's shells (miner.solver_view),
+    fails before the fix (showing `line` when not empty) and passes after it."""
+
+    command: str  # run in PROJECT_DIR
+    check: str  # the failing test or probe id it shows
+    outcome: str  # that check's broken outcome (failed, error, skipped, missing)
+    line: str = ""  # the instruction's first error line, when the command prints it verbatim
+    probe: Probe | None = None  # a probe check: its healthy exit code and output digest
+
+
 class Candidate(BaseModel):
     """A validated or rejected inversion with the evidence."""
 
@@ -299,3 +314,4 @@ class Task(BaseModel):
     created: str = ""
     model: str | None = None  # the model whose submission this is (None: procedural)
     evidence: list[Evidence] = Field(default_factory=list)  # what a repair recovers from (rule 8)
+    solver_view: SolverView | None = None  # the instruction's command and what it shows (miner check)

@@ -19,7 +19,7 @@ import networkx as nx
 
 from miner import __version__
 from miner.graph import depth
-from miner.instruction import write_instruction
+from miner.instruction import observed_symptom, write_instruction
 from miner.models import Candidate, HealthyState, InversionType, Project, Task
 
 FAMILY_WEIGHT = {"deps": 0.3, "config": 0.5, "fs": 0.5, "data": 0.6, "env": 0.6, "system": 0.8, "service": 0.8}
@@ -67,6 +67,7 @@ def make_task(project: Project, state: HealthyState, cand: Candidate, itype: Inv
         backend=backend, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     task.instruction = write_instruction(task, cand, state)
+    task.solver_view = observed_symptom(task, cand, state).view()  # what `miner check` runs in a solver's shells
     return task
 
 

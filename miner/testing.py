@@ -172,8 +172,16 @@ def node_id(classname: str, name: str, file: str | None, modules: dict[str, str]
     return "::".join([path, *[c for c in classes.split(".") if c], name])
 
 
+COLLECTION_FAILURE = "collection failure"  # pytest's junit message of a collection error: says nothing
+
+
 def _message(element: ET.Element) -> str:
+    """The first lines of a failure as pytest prints them: its message, or for a collection
+    error (whose message is only "collection failure") the exception lines of its report."""
     text = element.get("message") or element.text or ""
+    if text == COLLECTION_FAILURE and (element.text or "").strip():
+        lines = (element.text or "").splitlines()
+        text = "\n".join(line[1:].strip() for line in lines if line.startswith("E ")) or element.text or ""
     lines = text.strip().splitlines()[:MESSAGE_LINES]
     return "\n".join(lines)[:MESSAGE_CHARS]
 

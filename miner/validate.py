@@ -4,7 +4,10 @@ Rules, cheapest first: (1) the break runs inside a fresh copy within its limit; 
 code and test files stay byte-identical; (2) F2P non-empty, and P2P non-empty when the healthy
 suite has several passing tests (unless the type is labelled whole-suite); (6) no copy of what
 the break changed is left anywhere in the sandbox; (4) the fix brings every healthy-passing test
-back; (5) the break replayed on another fresh copy gives the same F2P set. Rule 6 scans what
+back; (5) the break replayed on another fresh copy gives the same F2P set. The solver's view
+(rule `solver-view`): the command the instruction will show, run in a login shell and in
+`bash -c` (miner.solver_view), fails with its first error line after the break and passes after
+the fix, in the same sandbox, one run each. Rule 6 scans what
 the backend declares a break may touch (Capabilities.scan_roots: the sandbox folder locally, the
 whole container file system on Docker).
 When the dependency graph predicted the blast radius and running it alone costs less than half
@@ -26,8 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
-from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SuiteRun
+from miner.instruction import candidate_symptom
+from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SolverView, SuiteRun
 from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
+from miner.solver_view import judge, log_text, read_view, view_script
 from miner.timing import Clock
 
 SCRIPT_TIMEOUT = 300.0
@@ -180,6 +185,19 @@ class Run:
         if leaks:
             raise Rejected("answer-leaked", "; ".join(leaks[:3]))
 
+    def solver_view(self, sandbox: Sandbox, view: SolverView, fixed: bool) -> None:
+        """The instruction's command in a solver's login shell and `bash -c` (one run for both):
+        before the fix it fails showing the instruction's first error line, after it passes."""
+        with self.clock.phase("solver-view"):
+            result = sandbox.run(view_script(view.command, self.ctx.timeout), timeout=2 * self.ctx.timeout + 60)
+        runs = read_view(result.output)
+        self.logs[f"solver-view-{'fixed' if fixed else 'broken'}"] = log_text(runs) if runs else result.output[-4000:]
+        problems = judge(view, runs, fixed)
+        if problems:
+            state = "after the fix" if fixed else "in the broken environment"
+            raise Rejected("solver-view", f"{state}, the instruction's command `{view.command}`: "
+                                          + "; ".join(problems))
+
 
 def _unversioned(path: str) -> str:
     """A path with the version dropped from its .dist-info folder: another release of the same
@@ -219,17 +237,21 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool, aside: ThreadPoolExec
                                                 f"these {len(f2p)} tests")
         replay: Future[list[str]] | None = aside.submit(run.replay, inv) if aside is not None else None
         run.no_leak(sandbox)
+        messages = {t: broken.results[t].message for t in f2p if t in broken.results}
+        view = candidate_symptom(inv, f2p, broken.outcomes(), messages, ctx.state).view()
+        run.solver_view(sandbox, view, fixed=False)
         run.apply(sandbox, "fix", inv.fix_script, inv.network_fix)
         fixed = run.check(sandbox, "fixed")
         still = sorted(t for t in run.healthy_pass if fixed.outcomes().get(t) != "passed")
         if still:
             raise Rejected("fix-failed", f"{len(still)} tests still fail after the fix: {', '.join(still[:5])}")
+        run.solver_view(sandbox, view, fixed=True)
     replay_f2p = replay.result() if replay is not None else run.replay(inv)
     if replay_f2p != f2p:
         diff = sorted(set(replay_f2p) ^ set(f2p))
         raise Rejected("not-reproducible", f"replayed break gave a different F2P set (differs in {', '.join(diff[:5])})")
     return {"f2p": f2p, "p2p": p2p, "broken": broken.outcomes(), "fixed": fixed.outcomes(),
-            "broken_messages": {t: broken.results[t].message for t in f2p if t in broken.results}}
+            "broken_messages": messages}
 
 
 def _broken_run(run: Run, sandbox: Sandbox, inv: Inversion) -> SuiteRun:

@@ -21,6 +21,7 @@ SAMPLE_CONTEXT = {
     "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "six", "version": "1.17.0",
     "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "broken_b64": "aGVsbAo=",
     "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution",
+    "stated_in": ["README.md"], "stated": "README.md states APP_MODE=production",
 }
 
 
@@ -105,7 +106,7 @@ def test_render_refuses_wrong_target_kind():
 def test_shell_quoting_of_names():
     itype = load_catalogue()["env/unset-var"]
     target = Target(kind="envvar", name="APP_MODE", attrs={})
-    inversion = render(itype, target, {"value": "it's $HOME"})
+    inversion = render(itype, target, {"value": "it's $HOME", "stated": "README.md states it"})
     assert bash_syntax_ok(inversion.fix_script)
     assert "'\"'\"'" in inversion.fix_script  # the single quote survives two levels of quoting
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -26,6 +27,9 @@ def test_every_family_checks_out(exported: dict[str, Path]) -> None:
     for result in results:
         assert result.ok, f"{result.name}: {result.reason}\n{result.oracle.output[-2000:] if result.oracle else ''}"
         assert result.nop.reward == 0 and result.oracle.reward == 1
+        # the solver's view: the instruction's command fails untouched and passes after solve.sh,
+        # in a login shell and in `bash -c`
+        assert result.nop.view == [] and result.oracle.view == []
         # the untouched environment fails an expected check, or holds what the verifier refuses
         # outright (a deps/bad-pth break adds a .pth file: the healthy manifest has none such)
         assert result.nop.failing or result.nop.problems
@@ -53,6 +57,36 @@ def test_a_solution_that_fixes_nothing_is_named(exported: dict[str, Path], tmp_p
     assert not result.ok and result.oracle.reward == 0
     assert "after solution/solve.sh the verifier scored 0" in result.reason
     assert result.oracle.failing, "the reason names the checks that still fail"
+
+
+@pytest.mark.docker
+def test_a_solver_view_the_shells_do_not_show_is_named(exported: dict[str, Path], tmp_path: Path) -> None:
+    """An instruction whose command does not fail in the solver's shells (here: a command that
+    always passes) fails the check, though nop and oracle score as they should."""
+    task = copy_task(exported["env"], tmp_path / "hidden-symptom")
+    path = task / "tests" / "solver_view.json"
+    data = json.loads(path.read_text())
+    data["view"] |= {"command": "python -c 'print(\"1 passed\")'", "line": ""}
+    path.write_text(json.dumps(data))
+    (result,) = check_tasks([task])
+    assert result.nop.reward == 0 and result.oracle.reward == 1
+    assert not result.ok and result.reason.startswith("solver's view, untouched: it passes in `login`")
+    assert len(result.nop.view) == 2 and result.oracle.view == []  # both shells, as root
+
+
+@pytest.mark.docker
+def test_a_task_exported_without_a_solver_view_is_named(exported_like: Path) -> None:
+    (result,) = check_tasks([exported_like])
+    assert not result.ok and "exported without the solver's view" in result.reason
+
+
+@pytest.fixture
+def exported_like(tmp_path: Path) -> Path:
+    """A task folder with every file Harbor needs but tests/solver_view.json."""
+    for rel in ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text('[task]\nname = "miner/x"\n' if rel == "task.toml" else "")
+    return tmp_path
 
 
 @pytest.mark.docker
@@ -87,3 +121,4 @@ def test_cli_check_prints_a_table_and_fails_naming_why(exported: dict[str, Path]
     assert failed.exit_code != 0
     assert "1/2 task(s) pass" in failed.output and "the break does not fail any check" in failed.output
     assert f"ok {read_config(good)['task']['name']}" in failed.output  # the good one, as it finished
+    assert "solver's view" in failed.output

@@ -31,7 +31,7 @@ from conftest import CRAWL_TIMEOUT, FIXTURES, REPO_ROOT, copy_fixture, miner_env
 
 from miner.models import Project, Source
 from miner.sandbox.base import Healthy, Limits
-from miner.sandbox.base import render_env_file
+from miner.sandbox.layout import home_files
 from miner.sandbox.local import LocalBackend
 
 HOME = Path.home()
@@ -154,7 +154,8 @@ def sandbox_env(tmp_path: Path) -> Healthy:
     healthy = tmp_path / "work" / "healthy"
     (healthy / "project").mkdir(parents=True)
     (healthy / "home").mkdir()
-    (healthy / "env.sh").write_text(render_env_file({}))
+    for name, text in home_files({}).items():
+        (healthy / "home" / name).write_text(text)
     project = Project(source=Source(raw=str(tmp_path), kind="local", location=str(tmp_path)),
                       repo=str(tmp_path), commit="0" * 64, path=healthy / "project")
     limits = Limits(timeout=60, memory_mb=1024, processes=64)

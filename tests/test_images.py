@@ -71,7 +71,7 @@ def test_break_dockerfile_is_one_layer_that_removes_the_script():
         "FROM miner/healthy-abc:1",
         "USER root",
         "COPY break.sh /tmp/break.sh",
-        "RUN bash -c 'source /sandbox/env.sh; cd /sandbox/project && bash /tmp/break.sh' && rm -f /tmp/break.sh",
+        "RUN bash -c 'cd /sandbox/project && bash /tmp/break.sh' && rm -f /tmp/break.sh",
     ]
     inline = layout.break_dockerfile("healthy", script="echo broken\n").splitlines()
     assert len([line for line in inline if line.startswith("RUN ")]) == 1  # written and removed in one layer
@@ -82,8 +82,9 @@ def test_layout_is_one_text_for_the_backend_and_the_exporter():
     """The healthy stage holds the sandbox layout: MINER_* variables, the venv first on PATH, the
     project where build.sh expects it; a Dockerized project's image keeps its locale and WORKDIR."""
     env = layout.image_env("/sandbox/venv/lib/python3.11/site-packages", dockerized=False)
-    assert env["MINER_PROJECT"] == "/sandbox/project" and env["MINER_ENV_FILE"] == "/sandbox/env.sh"
+    assert env["MINER_PROJECT"] == "/sandbox/project" and env["MINER_ENV_FILE"] == "/sandbox/home/.bashrc"
     assert env["PATH"].startswith("/sandbox/venv/bin:") and env["LANG"] == "C.UTF-8"
+    assert env["HOME"] == "/sandbox/home" and env["BASH_ENV"] == "/sandbox/home/.bashrc"  # `bash -c` reads it
     assert "LANG" not in layout.image_env("", dockerized=True)
     generated = layout.healthy_stage("b", env=env, project_source="project.tar.gz", dockerized=False, name="healthy")
     assert "ADD project.tar.gz /sandbox/\n" in generated and generated.endswith("WORKDIR /sandbox/project\n")
@@ -92,8 +93,11 @@ def test_layout_is_one_text_for_the_backend_and_the_exporter():
     assert "COPY project/ /tmp/miner-project/" in dockerized and "WORKDIR" not in dockerized
     files = layout.build_files(BuildSpec(python="python3", install_script="pip install .\n", env={"A": "b c"}),
                                dockerized=False, constraints="six==1.16.0\n")
-    assert set(files) == {"build.sh", "install.sh", "env.sh", "constraints.txt"}
-    assert "export A='b c'" in files["env.sh"] and files["constraints.txt"] == "six==1.16.0\n"
+    assert set(files) == {"build.sh", "install.sh", "bashrc", "profile", "shell-hook.sh", "constraints.txt"}
+    assert "export A='b c'" in files["bashrc"] and files["constraints.txt"] == "six==1.16.0\n"
+    assert ". \"$HOME/.bashrc\"" in files["profile"]
+    assert "install -m 0644 /sandbox/.build/bashrc /sandbox/home/.bashrc" in files["build.sh"]
+    assert "/etc/profile.d/sandbox-env.sh" in files["build.sh"] and ">> /etc/bash.bashrc" in files["build.sh"]
     assert "rm -rf /sandbox/project/.git" in files["build.sh"] and "--system-site-packages" not in files["build.sh"]
     assert "--system-site-packages" in layout.build_script("python3", dockerized=True)
     inline = layout.healthy_stage("b", env=env, project_source=".", dockerized=False, build_inline=files)

@@ -41,6 +41,7 @@ CONTEXT = {
     "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "tabulate", "version": "0.9.0",
     "value": "en_GB", "bad_version": "0.8.10", "key": "output.width", "broken_b64": "aGVsbAo=",
     "old_value": "80", "new_value": '"80"', "wrong_value": "en_BG",
+    "stated_in": ["README.md"], "stated": "README.md states REPORT_LOCALE=en_GB",
 }
 
 

@@ -29,6 +29,8 @@ from miner.inverters.procedural import (
     matches,
     older_release,
     retyped,
+    stated_value,
+    stated_values,
     wrong_value,
 )
 from miner.healthy import collect_inventory, hash_tree
@@ -59,7 +61,8 @@ PROJECT_FILES = {
         """,
     "setup.cfg": "[flake8]\nmax-line-length = 120\n",
     "tox.ini": "[tox]\nenvlist = py311\n",
-    "README.md": "# greeter\n\nSee words.csv.\n",
+    "README.md": "# greeter\n\nSee words.csv. Set `GREETER_MODE` (`production` by default).\n",
+    ".env.example": "GREETER_HOME=/srv/greeter\n",
     "greeter/__init__.py": """\
         import json
         import os
@@ -374,6 +377,42 @@ def test_older_release_and_wrong_values():
     assert wrong_value("/srv/greeter/") == "/srv/old-greeter"
     assert wrong_value("production") not in ("production", "")
     assert wrong_value("ab") == "ab-x"
+
+
+def test_stated_values_in_prose_assignments_and_env_files():
+    readme = "- `WEATHER_UNITS` (`metric` by default, or `imperial`)\n- `CURRENCY` (default `EUR`)\n"
+    assert stated_values(readme, "WEATHER_UNITS") == ["metric"] and stated_values(readme, "CURRENCY") == ["EUR"]
+    assert stated_values("export APP='prod'\nAPP = test # note\n", "APP") == ["prod", "test"]
+    assert stated_values("MY_APP=x and $APP=y and XAPP=z", "APP") == []  # other names, a shell expansion
+
+
+def test_stated_value_is_where_the_project_says_it(world, tmp_path):
+    """The README's prose, then an example env file; a code default when no document states it; and
+    no evidence for a value nothing states (a target without it yields no env candidate)."""
+    facts = code_facts(world.root)
+    assert stated_value(world.root, facts, "GREETER_MODE", "production") == (
+        "README.md", "README.md states GREETER_MODE=production")
+    assert stated_value(world.root, facts, "GREETER_HOME", "/srv/greeter")[0] == ".env.example"
+    assert stated_value(world.root, facts, "GREETER_MODE", "staging") is None
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "units.py").write_text('import os\nDEFAULT = "km"\nUNITS = os.getenv("UNITS", DEFAULT)\n')
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_units.py").write_text('import os\nos.environ.get("MODE", "fast")\n')
+    facts = code_facts(tmp_path)
+    assert stated_value(tmp_path, facts, "UNITS", "km") == (
+        "app/units.py", "app/units.py reads UNITS with the default 'km'")
+    assert stated_value(tmp_path, facts, "MODE", "fast") is None  # the tests are no statement of the project's
+
+
+def test_env_types_need_a_stated_value(world):
+    target = Target(kind="envvar", name="UNRELATED", attrs={"value": "1", "value_kind": "int"})
+    for type_id in ("env/unset-var", "env/wrong-var"):
+        assert ProceduralInverter([CATALOGUE[type_id]]).apply(world.project, world.healthy, target,
+                                                             CATALOGUE[type_id]) is None
+    stated = by_key(world)["envvar:GREETER_MODE"]
+    inversion = ProceduralInverter([CATALOGUE["env/wrong-var"]]).apply(world.project, world.healthy, stated,
+                                                                      CATALOGUE["env/wrong-var"])
+    assert [str(e) for e in inversion.evidence] == ["project-files: README.md states GREETER_MODE=production"]
 
 
 # ---------------------------------------------------------------- ordering

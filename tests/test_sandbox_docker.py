@@ -24,6 +24,7 @@ from miner.install import build_spec
 from miner.models import Project, Source, Target
 from miner.sandbox.base import BackendUnavailable, BuildError, Limits
 from miner.sandbox.docker import images
+from miner.solver_view import read_view, view_script
 from miner.testing import run_suite
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -88,11 +89,11 @@ def test_build_is_reused_and_labelled(backend, built, tmp_path):
 def test_layout_and_environment(backend, built):
     with backend.fork(built("docker-cli")) as box:
         result = box.run('pwd; echo "$MINER_PROJECT|$MINER_VENV|$MINER_PYTHON|$MINER_ENV_FILE|$MINER_SITE_PACKAGES"; '
-                         'ls report.py; test -f /sandbox/env.sh && command -v python')
+                         'ls report.py; test -f /sandbox/home/.bashrc && command -v python')
         lines = result.output.splitlines()
         assert result.exit_code == 0, result.output
         assert lines[0] == "/sandbox/project"
-        assert lines[1] == ("/sandbox/project|/sandbox/venv|/sandbox/venv/bin/python|/sandbox/env.sh|"
+        assert lines[1] == ("/sandbox/project|/sandbox/venv|/sandbox/venv/bin/python|/sandbox/home/.bashrc|"
                             + box.healthy.site_packages)
         assert lines[-1] == "/sandbox/venv/bin/python"
         # the image's WORKDIR now points at /sandbox/project
@@ -103,6 +104,21 @@ def test_env_file_is_sourced_before_every_command(backend, built):
     with backend.fork(built("docker-cli")) as box:
         box.run("echo 'export GREETING=from-env-file' >> \"$MINER_ENV_FILE\"")
         assert box.run("echo $GREETING").output.strip() == "from-env-file"
+
+
+def test_every_solver_shell_reads_the_environment_as_root_and_as_another_user(backend, built):
+    """A login shell (terminus-2) and `bash -c` (Harbor's exec), from the bare environment of a new
+    exec, as root and as another user, and with a HOME a harness reset: the venv's python first on
+    PATH and the project's variables from $MINER_ENV_FILE, in each."""
+    command = "python -c 'import os, sys; print(sys.prefix, os.environ.get(\"GREETING\"))'"
+    with backend.fork(built("docker-cli")) as box:
+        box.run("echo \"export GREETING='from rc'\" >> \"$MINER_ENV_FILE\"")
+        for user, env in (("root", None), ("nobody", None), ("nobody", {"HOME": "/tmp"})):
+            _, out, _ = box._exec(["bash", "-c", view_script(command, 60)], timeout=120, user=user, env=env)
+            runs = read_view(out)
+            assert [(r.user, r.shell) for r in runs] == [(user, "login"), (user, "bash -c")], out
+            for run in runs:
+                assert run.exit_code == 0 and run.stdout == "/sandbox/venv from rc\n", (env, run)
 
 
 def test_run_reports_exit_code_and_interleaved_output(backend, built):

@@ -15,6 +15,7 @@ from miner.models import Project, Source
 from miner.sandbox import get_backend
 from miner.sandbox.base import BuildError, BuildSpec, Healthy, Limits
 from miner.sandbox.local import LocalBackend, LocalSandbox, _probe_overlay, build_digest
+from miner.solver_view import read_view, view_script
 
 COW_MODES = ["copy", "overlay"]
 
@@ -76,7 +77,8 @@ def backend_mode(request: pytest.FixtureRequest, built: tuple[LocalBackend, Heal
 def test_build_layout_and_env(built: tuple[LocalBackend, Healthy, Path]) -> None:
     backend, healthy, workdir = built
     healthy_dir = Path(healthy.ref)
-    assert sorted(p.name for p in healthy_dir.iterdir()) == ["env.sh", "home", "project", "venv"]
+    assert sorted(p.name for p in healthy_dir.iterdir()) == ["home", "project", "venv"]
+    assert sorted(p.name for p in (healthy_dir / "home").iterdir()) == [".bashrc", ".profile"]
     assert not (healthy_dir / "project" / ".git").exists()
     assert healthy.site_packages.startswith("/sandbox/venv/lib/python3")
     with backend.fork(healthy) as box:
@@ -90,7 +92,7 @@ def test_build_layout_and_env(built: tuple[LocalBackend, Healthy, Path]) -> None
             "/sandbox/venv",
             "/sandbox/venv/bin/python",
             healthy.site_packages,
-            "/sandbox/env.sh",
+            "/sandbox/home/.bashrc",
             "/sandbox/home",
             "/sandbox/project",
         ]
@@ -291,6 +293,22 @@ def test_shell_runs_inside(built: tuple[LocalBackend, Healthy, Path]) -> None:
         )
     assert "at /sandbox/project with hello 'world' $HOME" in done.stdout
     assert "Read-only file system" in done.stderr
+
+
+def test_every_solver_shell_reads_the_environment(built: tuple[LocalBackend, Healthy, Path]) -> None:
+    """A login shell (as terminus-2 opens it) and `bash -c` (Harbor's exec), started from the bare
+    process environment, both find the venv's python first on PATH and the project's variables;
+    a line a break appends to $MINER_ENV_FILE reaches both."""
+    backend, healthy, _ = built
+    command = "python -c 'import os, sys; print(sys.prefix, os.environ[\"TINY_GREETING\"], os.environ.get(\"EXTRA\"))'"
+    with backend.fork(healthy) as box:
+        runs = read_view(box.run(view_script(command, 60)).output)
+        assert [r.shell for r in runs] == ["login", "bash -c"]
+        for run in runs:
+            assert run.exit_code == 0 and run.stdout == "/sandbox/venv hello 'world' $HOME None\n", run
+        assert box.run("echo \"export EXTRA='from rc'\" >> \"$MINER_ENV_FILE\"").exit_code == 0
+        for run in read_view(box.run(view_script(command, 60)).output):
+            assert run.stdout == "/sandbox/venv hello 'world' $HOME from rc\n", run
 
 
 def test_build_is_reused_when_complete(built: tuple[LocalBackend, Healthy, Path]) -> None:

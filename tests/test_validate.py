@@ -97,6 +97,9 @@ def test_a_fix_that_does_nothing_is_rejected_and_a_real_fix_is_validated(ctx: Co
     assert "still fail after the fix" in failed.detail
     good = validate(ctx, inversion(corrupt, restore_data(), "data/corrupt-bytes"))
     assert good.status == "validated", good.detail
+    for state in ("broken", "fixed"):  # the solver's view was checked in both shells
+        assert "$ login (as root" in good.logs[f"solver-view-{state}"]
+        assert "$ bash -c (as root" in good.logs[f"solver-view-{state}"]
     assert good.f2p and good.p2p and sorted(good.f2p + good.p2p) == ctx.state.passing
     assert all(good.broken.get(t) != "passed" for t in good.f2p)
     assert all(good.fixed.get(t) == "passed" for t in ctx.state.passing)
@@ -117,6 +120,19 @@ def test_a_break_with_a_random_effect_is_not_reproducible(ctx: Context) -> None:
     candidate = validate(ctx, inversion(pick, "sed -i '/PYTEST_ADDOPTS/d' \"$MINER_ENV_FILE\"", "env/wrong-var"))
     rejected(candidate, "not-reproducible")
     assert "different F2P set" in candidate.detail
+
+
+def test_a_symptom_the_solvers_login_shell_does_not_show_is_rejected(ctx: Context) -> None:
+    """A variable set for non-interactive shells only (~/.bashrc skips the line in an interactive
+    shell): the crawl's runs and `bash -c` fail, but the instruction's command typed into a login
+    shell (as terminus-2 types it) passes, so the solver could not see the problem."""
+    hidden = ("printf 'case $- in *i*) ;; *) export INVENTORY_CURRENCY=XXX ;; esac\\n' >> \"$MINER_ENV_FILE\"")
+    heal = "sed -i '/INVENTORY_CURRENCY=XXX/d' \"$MINER_ENV_FILE\""
+    candidate = validate(ctx, inversion(hidden, heal, "env/wrong-var"))
+    rejected(candidate, "solver-view")
+    assert "in the broken environment" in candidate.detail and "it passes in `login`" in candidate.detail
+    assert "`bash -c`" not in candidate.detail  # Harbor's exec shows it
+    assert "fix" not in candidate.logs and "$ login (as root" in candidate.logs["solver-view-broken"]
 
 
 def test_a_second_break_with_the_same_family_and_f2p_is_a_duplicate_symptom(ctx: Context) -> None:

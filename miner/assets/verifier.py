@@ -10,8 +10,10 @@ inside the verifier itself. It imports nothing of miner.
 
 Scoring. The reward file holds 0 from the first moment; it becomes 1 only when, in order:
   1. stray processes the agent left running are killed (a loop rewriting reward.txt is one),
-  2. the environment the tests run with is taken by sourcing /sandbox/env.sh in a throwaway
-     shell (so anything that file does to the disk happens *before* the checks below),
+  2. the environment the tests run with is taken by sourcing the sandbox's shell rc file
+     (/sandbox/home/.bashrc, spec "env_file": what every shell of the solver reads, through
+     ~/.profile and $BASH_ENV) in a throwaway shell (so anything that file does to the disk
+     happens *before* the checks below),
   3. the original test files are put back from tests/originals (sha256-checked),
   4. static checks pass: protected source files unchanged; no conftest.py, pytest config file
      or module shadowing the test runner that the healthy project did not have; every .pth and
@@ -404,7 +406,8 @@ class Verifier:
 
     # step 2
     def capture_env(self) -> None:
-        """The variables the tests see: this exec's environment plus what /sandbox/env.sh sets."""
+        """The variables the tests see: this exec's environment plus what the rc file (spec "env_file",
+        the ~/.bashrc every shell of the solver reads) sets."""
         dump = os.path.join(self.work, "env.json")
         script = (
             f'source {shlex_quote(self.spec["env_file"])} >/dev/null 2>&1 </dev/null; '
@@ -613,7 +616,7 @@ class Verifier:
             print(f"verifier: killed {killed} process(es) left running in the container", flush=True)
         self.write_reward(0)
         self.capture_env()
-        self.kill_strays()  # whatever env.sh started
+        self.kill_strays()  # whatever the rc file started
         self.restore_originals()
         self.static_checks()
         if self.problems:

@@ -10,7 +10,8 @@ script, environment file and variables):
                           the healthy distributions pinned; then one layer running the break
                           script (layout.break_dockerfile) and deleting it
       project.tar.gz      the project's files at the mined commit (deterministic archive)
-      build/              build.sh, install.sh, env.sh, constraints.txt (removed after the build)
+      build/              build.sh, install.sh, the shell's startup files (bashrc: the environment,
+                          profile, shell-hook.sh), constraints.txt (removed after the build)
       break.sh
       host-ca.crt         the host's CA bundle, when pip needs it to reach the index
     tests/                test.sh and verifier.py (see miner/assets/verifier.py), the guard,
@@ -231,8 +232,8 @@ def asset(name: str) -> bytes:
     return resources.files("miner").joinpath("assets", name).read_bytes()
 
 
-COLLECT = (
-    f"source {ENV_FILE} >/dev/null 2>&1; cd {PROJECT_DIR}; "
+COLLECT = (  # run with `bash -c`: bash reads the environment (~/.bashrc) through the image's BASH_ENV
+    f"cd {PROJECT_DIR}; "
     "for py in /usr/bin/python3 /usr/local/bin/python3; do "
     '[ -x "$py" ] && exec "$py" -I -S /tmp/miner-verifier.py --collect; done; '
     "echo 'no system python3 in the image' >&2; exit 3"
@@ -462,6 +463,19 @@ services:
 """
 
 
+def solver_view_file(ts: TaskSource, manifest: dict) -> dict[str, bytes]:
+    """tests/solver_view.json, what `miner check` runs in a solver's shells (miner.solver_view): the
+    instruction's command and first error line, and the users whose shells must show them (root and
+    a Dockerized project's own user). Empty for a task stored without a solver view."""
+    view = ts.task.solver_view
+    if view is None:
+        return {}
+    user = ((manifest.get("image") or {}).get("user") or "root").split(":")[0]
+    users = ["root"] + ([user] if user not in ("root", "0") else [])
+    data = {"view": view.model_dump(mode="json"), "users": users}
+    return {"solver_view.json": json.dumps(data, indent=1, sort_keys=True).encode()}
+
+
 def compose_override(service: str = "main") -> str:
     return COMPOSE_OVERRIDE.format(service=service)
 
@@ -476,11 +490,12 @@ def instruction(ts: TaskSource) -> str:
 
 
 def solve_script(task: Task) -> str:
-    """solution/solve.sh: the fix script, run the way miner validated it (env file, project folder)."""
+    """solution/solve.sh: the fix script, run the way miner validated it (by bash, which reads the
+    environment from ~/.bashrc through BASH_ENV; in the project folder)."""
     return (
         "#!/bin/bash\n"
         f"# Oracle of miner task {task.id}: the validated fix for {task.type_id} on {task.target.key}.\n"
-        f"source {ENV_FILE}\ncd {PROJECT_DIR}\n"
+        f"cd {PROJECT_DIR}\n"
         "# --- fix script ---\n"
         + task.fix_script.rstrip("\n") + "\n"
     )

@@ -6,7 +6,8 @@
       environment/          Dockerfile + build context (see miner.export.common), and a
                             docker-compose.yaml dropping every capability of the container
       tests/test.sh         writes /logs/verifier/reward.txt: 0 first, 1 only when verifier.py agrees
-      tests/...             verifier.py, verifier_pytest.py, probe.py, spec.json, manifest.json, originals/
+      tests/...             verifier.py, verifier_pytest.py, probe.py, spec.json, manifest.json, originals/,
+                            solver_view.json (the instruction's command as `miner check` runs it)
       solution/solve.sh     the validated fix script
 
 Registered as the format "harbor" (miner.export.registry).
@@ -32,6 +33,7 @@ from miner.export.common import (
     instruction,
     pytest_args,
     solve_script,
+    solver_view_file,
     test_script,
     verifier_files,
     verifier_timeout,
@@ -103,6 +105,7 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     }
     files |= {f"environment/{k}": v for k, v in context.items()}
     files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest).items()}
+    files |= {f"tests/{k}": v for k, v in solver_view_file(ts, manifest).items()}
     return files
 
 

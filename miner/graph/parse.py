@@ -11,8 +11,9 @@ scope: imports (absolute, relative, `from`, `importlib.import_module`, `python -
 subprocess argv), string literals and path expressions that may name project files
 (`open("x")`, `Path(__file__).parent / "data" / "x.csv"`, module constants, `os.path.join`,
 `importlib.resources.files(pkg) / "x"`), environment variables read (`os.environ[...]`,
-`os.getenv`, `os.environ.get`, `"X" in os.environ`) and set (`monkeypatch.setenv`,
-`os.environ[...] = ...`, `patch.dict(os.environ, {...})`), programs run through subprocess, and
+`os.getenv`, `os.environ.get`, `"X" in os.environ`, with the literal default they fall back to)
+and set (`monkeypatch.setenv`, `os.environ[...] = ...`, `patch.dict(os.environ, {...})`),
+programs run through subprocess, and
 the identifiers named. Per file: its functions (fixtures, autouse, usefixtures), classes (bases)
 and lazy `__getattr__` exports.
 
@@ -66,6 +67,7 @@ class Scope:
     imports: set[tuple[int, str, tuple[str, ...]]] = field(default_factory=set)  # (level, module, names)
     paths: set[str] = field(default_factory=set)  # string literals that may name project files
     envvars: set[str] = field(default_factory=set)
+    env_defaults: set[tuple[str, str]] = field(default_factory=set)  # (variable, literal default it is read with)
     sets_env: set[str] = field(default_factory=set)  # variables it sets itself (monkeypatch.setenv)
     commands: set[str] = field(default_factory=set)  # programs run through subprocess & co
     names: set[str] = field(default_factory=set)  # identifiers referenced
@@ -74,6 +76,7 @@ class Scope:
         self.imports |= other.imports
         self.paths |= other.paths
         self.envvars |= other.envvars
+        self.env_defaults |= other.env_defaults
         self.sets_env |= other.sets_env
         self.commands |= other.commands
         self.names |= other.names
@@ -364,6 +367,8 @@ class _FileParser:
             self._add_envvar(args[0], scope)
             if name == "pop":
                 self._add_envvar(args[0], scope, sets=True)
+            elif len(args) >= 2:
+                self._add_env_default(args[0], args[1], scope)
         elif name in ENV_SETTERS and args:
             self._add_envvar(args[0], scope, sets=True)
         elif name == "dict" and len(args) >= 2 and (_dotted(args[0]) in ENVIRON or _literal(args[0]) in ENVIRON):
@@ -416,6 +421,17 @@ class _FileParser:
             self.skip.add(node)  # a variable's name, not a file name
         if value:
             (scope.sets_env if sets else scope.envvars).add(value)
+
+    def _string_value(self, node: Node) -> str | None:
+        """A string literal's value, or the value of the module-level string constant it names."""
+        value = _literal(node)
+        return self.strings.get(_dotted(node)) if value is None and node.type == "identifier" else value
+
+    def _add_env_default(self, name_node: Node, default_node: Node, scope: Scope) -> None:
+        """`os.getenv("X", "v")`, `os.environ.get("X", DEFAULT)`: the value the code falls back to."""
+        name, default = self._string_value(name_node), self._string_value(default_node)
+        if name and default is not None:
+            scope.env_defaults.add((name, default))
 
     def _add_command(self, node: Node, scope: Scope) -> None:
         if node.type in ("list", "tuple") and node.named_children:

@@ -9,7 +9,8 @@ and `miner graph` share, ranked by miner.graph); this module decides how to brea
 
 Here: matching types to targets (`matches`), the context providers that compute a type's
 template variables (an older release on the index, a config key to drop or retype with the
-format's real parser and a line-preserving edit, a wrong value for a variable), and the order.
+format's real parser and a line-preserving edit, a wrong value for a variable, where the project
+states a variable's value: rule 8's evidence), and the order.
 Config keys the code names in a string are preferred (from the tree-sitter parse,
 `targets.code_facts`).
 
@@ -42,7 +43,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import tomli_w
@@ -52,6 +53,7 @@ from packaging.version import InvalidVersion, Version
 from miner.catalogue import CatalogueError, render
 from miner.inverters.targets import CodeFacts, code_facts, enumerate_targets, parse_config
 from miner.models import HealthyState, Inversion, InversionType, Project, Target
+from miner.projectfiles import in_test_tree, is_doc, project_files
 
 BOOL_WORDS = {"true", "false", "yes", "no", "on", "off"}
 FLIPS = {"true": "false", "false": "true", "1": "0", "0": "1", "yes": "no", "no": "yes", "on": "off", "off": "on"}
@@ -349,6 +351,52 @@ def wrong_value(value: str) -> str:
     return value + "-x"
 
 
+# ---------------------------------------------------------------- what the project states
+
+STATEMENT_FILE_BYTES = 512 * 1024
+EXAMPLE_WORDS = ("example", "sample", "template")
+
+
+def statement_files(root: Path) -> list[str]:
+    """The project's files a person reads for settings: READMEs, docs, example and sample files
+    (`.env.example`, `config.sample.ini`), outside the test tree."""
+    found = []
+    for rel in project_files(root):
+        name = PurePosixPath(rel).name.lower()
+        wanted = name.startswith("readme") or is_doc(rel) or any(word in name for word in EXAMPLE_WORDS)
+        if wanted and not in_test_tree(rel) and (root / rel).stat().st_size <= STATEMENT_FILE_BYTES:
+            found.append(rel)
+    return found
+
+
+def stated_values(text: str, name: str) -> list[str]:
+    """Values a text states for a variable: `NAME=value` (an assignment, `export`, a .env line) and
+    `NAME (value ...)` / `NAME (default value)` (prose; markdown code marks ignored)."""
+    plain = text.replace("`", "").replace("*", "")
+    word = re.escape(name)
+    assigned = re.findall(rf"(?<![\w$]){word}\s*=\s*([\"']?)([^\s\"'#,;]+)\1", plain)
+    described = re.findall(rf"(?<![\w$]){word}\s*\(\s*(?:defaults?(?:\s+to)?[:\s]\s*)?[\"']?([^\s,;)\"']+)", plain)
+    return [value for _, value in assigned] + described
+
+
+def stated_value(root: Path, facts: CodeFacts, name: str, value: str) -> tuple[str, str] | None:
+    """Where the project states that `name` should be `value`: (file, evidence detail), or None.
+
+    A README, doc or example file's statement first (what a person reads), then a literal default
+    the code reads the variable with (`os.getenv("NAME", "value")`, or a module constant)."""
+    for rel in statement_files(root):
+        try:
+            text = (root / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if value in stated_values(text, name):
+            return rel, f"{rel} states {name}={value}"
+    for var, default, rel in sorted(facts.env_defaults):
+        if var == name and default == value and not in_test_tree(rel):
+            return rel, f"{rel} reads {name} with the default {value!r}"
+    return None
+
+
 @dataclass
 class Job:
     """Everything a context provider may look at for one (target, type) pair."""
@@ -375,6 +423,7 @@ class ProceduralInverter:
             "drop_key": self._drop_key,
             "retype_key": self._retype_key,
             "wrong_value": self._wrong_value,
+            "stated_value": self._stated_value,
         }
         for itype in self.types:
             unknown = set(itype.preconditions.get("context", [])) - set(self.providers)
@@ -525,6 +574,12 @@ class ProceduralInverter:
                         "old_value": json.dumps(value, ensure_ascii=False),
                         "new_value": json.dumps(new, ensure_ascii=False)}
         return None
+
+    def _stated_value(self, job: Job) -> dict[str, Any] | None:
+        """Where the project's own files state the variable's healthy value (rule 8: `project-files`
+        evidence): `stated_in` (the files: one) and `stated` (the evidence's detail). None when nowhere."""
+        found = stated_value(job.project.path, self._code_facts(job.project), job.target.name, job.base["value"])
+        return {"stated_in": [found[0]], "stated": found[1]} if found else None
 
     def _wrong_value(self, job: Job) -> dict[str, Any] | None:
         value = job.base["value"]

@@ -58,6 +58,7 @@ class CodeFacts:
     strings: frozenset[str] = frozenset()  # string literals, path expressions, variable and program names
     env_reads: frozenset[str] = frozenset()  # environment variables read
     names: frozenset[str] = frozenset()  # last path component of each string
+    env_defaults: frozenset[tuple[str, str, str]] = frozenset()  # (variable, default, file) of a read with one
 
     def mentions(self, filename: str) -> bool:
         """Whether some string names the file (as itself or as a path ending in it)."""
@@ -70,12 +71,14 @@ def code_facts(root: Path, py_files: Iterable[str] | None = None) -> CodeFacts:
         py_files = [f for f in project_files(root) if f.endswith(".py")]
     strings: set[str] = set()
     env_reads: set[str] = set()
-    for source in parse_files(root, py_files).values():
+    defaults: set[tuple[str, str, str]] = set()
+    for rel, source in parse_files(root, py_files).items():
         scope = source.everything()
         strings |= scope.paths | scope.envvars | scope.sets_env | scope.commands
         env_reads |= scope.envvars
+        defaults |= {(name, value, rel) for name, value in scope.env_defaults}
     names = {re.split(r"[/\\]", s.strip())[-1] for s in strings}
-    return CodeFacts(frozenset(strings), frozenset(env_reads), frozenset(names))
+    return CodeFacts(frozenset(strings), frozenset(env_reads), frozenset(names), frozenset(defaults))
 
 
 # ---------------------------------------------------------------- config files

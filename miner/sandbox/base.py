@@ -4,17 +4,17 @@ A Backend builds a project's healthy environment once (`build`) and then hands o
 disposable copies of it (`fork`). A Sandbox runs shell commands inside that copy, confined.
 
 Every backend exposes the same fixed layout inside the sandbox (see miner.models):
-  /sandbox/project   the project's files          ($MINER_PROJECT)
-  /sandbox/venv      its virtual environment       ($MINER_VENV, $MINER_PYTHON)
-  /sandbox/env.sh    the environment file sourced before every command ($MINER_ENV_FILE)
+  /sandbox/project         the project's files          ($MINER_PROJECT)
+  /sandbox/venv            its virtual environment       ($MINER_VENV, $MINER_PYTHON)
+  /sandbox/home/.bashrc    the environment the project runs in ($MINER_ENV_FILE), read by every
+                           bash the way a shell reads it (miner.sandbox.layout: ~/.profile, BASH_ENV)
 plus $MINER_SITE_PACKAGES. Break and fix scripts are written against these variables only
-(`miner_env` gives them; `render_env_file` writes the environment file, for every backend).
+(`miner_env` gives them; miner.sandbox.layout writes the shell's files, for every backend).
 """
 
 from __future__ import annotations
 
 import abc
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,13 +28,6 @@ def miner_env(site_packages: str = "") -> dict[str, str]:
     if site_packages:
         env["MINER_SITE_PACKAGES"] = site_packages
     return env
-
-
-def render_env_file(env: dict[str, str]) -> str:
-    """The /sandbox/env.sh text: one shell-quoted export per healthy variable."""
-    lines = ["# miner: the healthy environment, sourced before every command"]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
-    return "\n".join(lines) + "\n"
 
 
 class SandboxError(Exception):
@@ -112,7 +105,8 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     def run(self, command: str, *, network: bool = False, timeout: float | None = None) -> RunResult:
-        """Run a bash command inside, with /sandbox/env.sh sourced and cwd $MINER_PROJECT."""
+        """Run a command with `bash -c` inside, in $MINER_PROJECT: bash reads the environment from
+        $BASH_ENV (~/.bashrc), as a harness's `bash -c` does."""
 
     @abc.abstractmethod
     def read(self, path: str) -> bytes | None:

@@ -1,10 +1,11 @@
 """The local sandbox backend: a workspace folder confined with bubblewrap.
 
-The healthy environment is a folder on the host (WORKDIR/healthy) holding project/, venv/,
-env.sh and home/. Every command runs under bwrap with that folder (or a fork of it) bound at
-/sandbox, the rest of the host read-only, no network unless asked, all capabilities dropped
-(so root cannot read a chmod-000 file), no host daemon sockets (/run is emptied), a memory
-ulimit and a pids cgroup.
+The healthy environment is a folder on the host (WORKDIR/healthy) holding project/, venv/ and
+home/ (the shell's startup files: ~/.bashrc holds the environment, see miner.sandbox.layout).
+Every command runs as `bash -c` (which reads ~/.bashrc through $BASH_ENV) under bwrap with
+that folder (or a fork of it) bound at /sandbox, the rest of the host read-only, no network
+unless asked, all capabilities dropped (so root cannot read a chmod-000 file), no host daemon
+sockets (/run is emptied), a memory ulimit and a pids cgroup.
 
 Forks are copy-on-write overlays when we are root and the kernel allows it: each command mounts
 overlay(lower=healthy, upper=fork/upper) in its own private mount namespace, so nothing is
@@ -34,7 +35,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from miner.models import ENV_FILE, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, Project, RunResult, content_id
+from miner.models import HOME_DIR, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, Project, RunResult, content_id
 from miner.sandbox.base import (
     Backend,
     BackendUnavailable,
@@ -45,8 +46,8 @@ from miner.sandbox.base import (
     Limits,
     Sandbox,
     miner_env,
-    render_env_file,
 )
+from miner.sandbox.layout import home_files, shell_env
 
 BWRAP = "/usr/bin/bwrap"
 MARKER = "build.json"  # in WORKDIR, next to healthy/: present only once a build completed
@@ -311,7 +312,7 @@ class Confinement:
         self.keep = keep  # host paths under the hidden home folders the sandbox needs
 
     def env(self, network: bool) -> dict[str, str]:
-        env = {"HOME": f"{SANDBOX_ROOT}/home", "PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "VIRTUAL_ENV": VENV_DIR,
+        env = {**shell_env(), "PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "VIRTUAL_ENV": VENV_DIR,
                **miner_env(), "MINER_SITE_PACKAGES": self.site_packages}
         if network:
             env |= {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in HOST_NETWORK_ENV}
@@ -338,11 +339,11 @@ class Confinement:
         return f"ulimit -v {self.limits.memory_mb * 1024}; ulimit -u {self.limits.processes}; "
 
     def argv(self, command: str, network: bool) -> list[str]:
-        script = f"{self.ulimits()}source {ENV_FILE}; cd {PROJECT_DIR}; {command}"
+        script = f"{self.ulimits()}cd {PROJECT_DIR}; {command}"  # bash has read $BASH_ENV already
         return self.workspace.wrap([*self.bwrap(network), "bash", "-c", script])
 
     def shell_argv(self) -> list[str]:
-        script = f"{self.ulimits()}cd {PROJECT_DIR}; exec bash --rcfile {ENV_FILE} -i"
+        script = f"{self.ulimits()}cd {PROJECT_DIR}; exec bash --login -i"  # as a terminal agent's shell
         return self.workspace.wrap([*self.bwrap(network=False, interactive=True), "bash", "-c", script])
 
 
@@ -540,8 +541,10 @@ class LocalBackend(Backend):
     def _build_fresh(self, project: Project, spec: BuildSpec, workdir: Path) -> str:
         healthy_dir = workdir / "healthy"
         shutil.copytree(project.path, healthy_dir / "project", symlinks=True, ignore=shutil.ignore_patterns(".git"))
-        (healthy_dir / "home").mkdir()
-        (healthy_dir / "env.sh").write_text(render_env_file(spec.env))
+        home = healthy_dir / os.path.relpath(HOME_DIR, SANDBOX_ROOT)
+        home.mkdir()
+        for name, text in home_files(spec.env).items():
+            (home / name).write_text(text)
         pip_cache = self._pip_cache(workdir)
         confinement = Confinement(Workspace(healthy_dir), spec.limits, "", pip_cache, host_paths_needed(spec.python))
         log = workdir / "build.log"
@@ -623,4 +626,5 @@ class LocalBackend(Backend):
 
 def build_digest(project: Project, spec: BuildSpec) -> str:
     """What a complete build depends on: reuse a build only when this is unchanged."""
-    return content_id(project.repo, project.commit, spec.python, spec.install_script, spec.env, sys.version)
+    return content_id(project.repo, project.commit, spec.python, spec.install_script, spec.env, sys.version,
+                      home_files(spec.env))

@@ -33,7 +33,7 @@ from miner.sandbox.docker.probes import docker_probes, run_docker_probes
 
 log = logging.getLogger(__name__)
 
-RECIPE_VERSION = "5"  # bump when the layout changes, to stop reusing images built by an older one
+RECIPE_VERSION = "6"  # bump when the layout changes, to stop reusing images built by an older one
 # The package manager's journal: dpkg and debconf keep the previous database next to the new one
 # on every change (a package's status, never its files), so they are no copy of an answer.
 PACKAGE_JOURNAL = tuple(f"/var/lib/dpkg/{name}-old" for name in ("status", "available", "diversions", "statoverride")) \

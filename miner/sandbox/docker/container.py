@@ -5,9 +5,10 @@ no-new-privileges, memory / CPU / pids limits, and no network: it is created on 
 bridge and disconnected before it starts; a command run with network=True reconnects it for
 that command only (and disconnects afterwards).
 
-run():    `docker exec` of bash -c 'source /sandbox/env.sh; cd $MINER_PROJECT; CMD' under
-          coreutils `timeout` (kills the whole process group), with a host-side guard that kills
-          the container when even that does not end the command.
+run():    `docker exec` of bash -c 'cd $MINER_PROJECT; CMD' (bash reads the environment from
+          ~/.bashrc through the image's BASH_ENV, as a harness's exec does) under coreutils
+          `timeout` (kills the whole process group), with a host-side guard that kills the
+          container when even that does not end the command.
 
 A Dockerized project's image also has its own command, ports and health check: the sandbox
 starts and stops that service, asks its ports over HTTP and runs its HEALTHCHECK, all inside
@@ -40,7 +41,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
-from miner.models import ENV_FILE, PROJECT_DIR, RunResult
+from miner.models import PROJECT_DIR, RunResult
 from miner.sandbox.base import Healthy, Limits, Sandbox, SandboxError, miner_env
 from miner.sandbox.docker import images
 from miner.sandbox.docker.layout import image_facts
@@ -216,7 +217,7 @@ class DockerSandbox(Sandbox):
             command_text = f"source {spool}"
         else:
             command_text = command
-        script = f'source {ENV_FILE}; cd "$MINER_PROJECT"; {command_text}'
+        script = f'cd "$MINER_PROJECT"; {command_text}'  # bash has read $BASH_ENV (~/.bashrc) already
         start = time.monotonic()
         if network:
             self._network().connect(self.container)
@@ -288,7 +289,7 @@ class DockerSandbox(Sandbox):
 
     def shell(self) -> None:
         subprocess.run(["docker", "exec", "-it", "-w", PROJECT_DIR, self.container.id,
-                        "bash", "--rcfile", ENV_FILE, "-i"], check=False)
+                        "bash", "--login", "-i"], check=False)
 
     # -- the image's own service or command (Dockerized projects) -------------------------
 
@@ -312,9 +313,10 @@ class DockerSandbox(Sandbox):
         return self.image["workdir"]
 
     def run_image_command(self, timeout: float = PROBE_TIMEOUT) -> tuple[int, str]:
-        """Run the image's CMD once, as the image would (its user and workdir), env file sourced."""
+        """Run the image's CMD once, as the image would (its user and workdir), from `bash -c` (which
+        reads the environment through BASH_ENV)."""
         argv = self.image_command()
-        script = f"source {ENV_FILE}; cd {shlex.quote(self.image_workdir())}; exec {shlex.join(argv)}"
+        script = f"cd {shlex.quote(self.image_workdir())}; exec {shlex.join(argv)}"
         code, out, _ = self._exec(self._timed(["bash", "-c", script], timeout), timeout=timeout,
                                   user=self.image_user())
         return code, out
@@ -324,7 +326,7 @@ class DockerSandbox(Sandbox):
         argv = self.image_command()
         if not argv:
             return False
-        script = (f"echo $$ > {SERVICE_PIDFILE}; source {ENV_FILE}; cd {shlex.quote(self.image_workdir())}; "
+        script = (f"echo $$ > {SERVICE_PIDFILE}; cd {shlex.quote(self.image_workdir())}; "
                   f"exec {shlex.join(argv)} >{SERVICE_LOG} 2>&1")
         api = self.client.api
         exec_id = api.exec_create(self.container.id, ["setsid", "bash", "-c", script], user=self.image_user(),

@@ -7,16 +7,19 @@ image), laid out like every sandbox (see miner.sandbox.base):
     FROM <parent>
     USER root
     COPY host-ca.crt /etc/ssl/certs/host-ca.crt        when pip needs the host's CA bundle
-    ENV MINER_PROJECT=/sandbox/project ... PATH=/sandbox/venv/bin:... PIP_...   (image_env + pip)
+    ENV MINER_PROJECT=/sandbox/project ... PATH=/sandbox/venv/bin:... BASH_ENV=... PIP_...   (image_env + pip)
     COPY <the project's files> /sandbox/project/       (a Dockerized project: /tmp/miner-project/)
-    COPY build/ /sandbox/.build/                       build.sh, install.sh, env.sh, constraints.txt
+    COPY build/ /sandbox/.build/                       build.sh, install.sh, bashrc, profile, shell-hook.sh,
+                                                       constraints.txt
     RUN bash /sandbox/.build/build.sh && rm -rf /sandbox/.build
 
-build.sh (`build_script`) creates the venv, installs the environment file and runs miner.install's
-script in the project folder. A Dockerized project's WORKDIR (where its files are) becomes
-/sandbox/project, with a symlink left at the old place, so the project is exactly what its image
-holds. A broken snapshot is the healthy image plus one layer running the break script
-(`break_dockerfile`). `image_facts` reads what running a Dockerized project's image needs.
+build.sh (`build_script`) installs the shell's startup files (miner.sandbox.layout: ~/.bashrc holds
+the environment, ~/.profile, the hooks in /etc/profile.d/ and /etc/bash.bashrc for every user),
+creates the venv and runs miner.install's script in the project folder. A Dockerized project's
+WORKDIR (where its files are) becomes /sandbox/project, with a symlink left at the old place, so
+the project is exactly what its image holds. A broken snapshot is the healthy image plus one
+layer running the break script (`break_dockerfile`). `image_facts` reads what running a
+Dockerized project's image needs.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ import json
 import shlex
 from typing import Any
 
-from miner.models import ENV_FILE, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR
-from miner.sandbox.base import BuildSpec, miner_env, render_env_file
+from miner.models import ENV_FILE, HOME_DIR, PROJECT_DIR, SANDBOX_ROOT, VENV_DIR
+from miner.sandbox import layout as shell_layout
+from miner.sandbox.base import BuildSpec, miner_env
 
-HOME_DIR = f"{SANDBOX_ROOT}/home"
 BUILD_DIR = f"{SANDBOX_ROOT}/.build"  # the build files, removed in the layer that used them
 STAGING_DIR = "/tmp/miner-project"  # a Dockerized project's files wait here when its image has no WORKDIR
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -39,9 +42,9 @@ HOST_CA_PATH = "/etc/ssl/certs/host-ca.crt"
 
 
 def image_env(site_packages: str = "", dockerized: bool = False) -> dict[str, str]:
-    """The ENV of a healthy image: the MINER_* variables, the venv first on PATH, HOME, and
-    LANG=C.UTF-8 (a Dockerized project's image keeps its own locale)."""
-    env = miner_env(site_packages) | {"VIRTUAL_ENV": VENV_DIR, "HOME": HOME_DIR, "PATH": SANDBOX_PATH}
+    """The ENV of a healthy image: the MINER_* variables, the venv first on PATH, HOME and BASH_ENV
+    (every bash reads ~/.bashrc), and LANG=C.UTF-8 (a Dockerized project's image keeps its own locale)."""
+    env = miner_env(site_packages) | shell_layout.shell_env() | {"VIRTUAL_ENV": VENV_DIR, "PATH": SANDBOX_PATH}
     if not dockerized:
         env["LANG"] = "C.UTF-8"
     return env
@@ -53,17 +56,19 @@ def env_instruction(env: dict[str, str]) -> str:
 
 
 BUILD_SH = """#!/bin/bash
-# miner: lay out the healthy environment (miner.sandbox.docker.layout): project, venv, env file,
-# then the install script in the project folder. Runs once, in the image's build.
+# miner: lay out the healthy environment (miner.sandbox.docker.layout): project, the shell's
+# startup files (the environment), venv, then the install script in the project folder. Runs
+# once, in the image's build.
 set -e
 mkdir -p {root} {home}
 {place_project}rm -rf {project}/.git  # a checkout's history holds answers: never in the image
-install -m 0644 {build}/env.sh {env_file}
-export PIP_NO_CACHE_DIR=1
+install -m 0644 {build}/bashrc {env_file}
+install -m 0644 {build}/profile {home}/{profile}
+{hooks}export PIP_NO_CACHE_DIR=1
 if [ -s {build}/constraints.txt ]; then export PIP_CONSTRAINT={build}/constraints.txt; fi
 if command -v {python} >/dev/null 2>&1; then
     {python} -m venv {venv_options}{venv}
-    bash -c 'set -e; source {env_file}; source {venv}/bin/activate; cd {project}; source {build}/install.sh'
+    bash -c 'set -e; source {venv}/bin/activate; cd {project}; source {build}/install.sh'
 else
     {no_python}
 fi
@@ -90,6 +95,8 @@ def build_script(python: str, dockerized: bool) -> str:
     """
     place = PLACE_DOCKERIZED.format(project=PROJECT_DIR, staging=STAGING_DIR) if dockerized else ""
     return BUILD_SH.format(root=SANDBOX_ROOT, home=HOME_DIR, place_project=place, build=BUILD_DIR, env_file=ENV_FILE,
+                           profile=shell_layout.PROFILE_NAME,
+                           hooks=shell_layout.system_hooks_script(f"{BUILD_DIR}/shell-hook.sh"),
                            python=shlex.quote(python), venv=VENV_DIR, project=PROJECT_DIR,
                            venv_options="--system-site-packages " if dockerized else "",
                            no_python=f"mkdir -p {VENV_DIR}/bin" if dockerized else
@@ -97,12 +104,15 @@ def build_script(python: str, dockerized: bool) -> str:
 
 
 def build_files(spec: BuildSpec, dockerized: bool, constraints: str = "") -> dict[str, str]:
-    """The files of the build folder: build.sh, install.sh, env.sh and constraints.txt (pins,
-    empty when nothing is pinned)."""
+    """The files of the build folder: build.sh, install.sh, the shell's startup files (bashrc: the
+    environment, profile, shell-hook.sh) and constraints.txt (pins, empty when nothing is pinned)."""
+    home = shell_layout.home_files(spec.env)
     return {
         "build.sh": build_script(spec.python, dockerized),
         "install.sh": spec.install_script or "true\n",
-        "env.sh": render_env_file(spec.env),
+        "bashrc": home[shell_layout.RC_NAME],
+        "profile": home[shell_layout.PROFILE_NAME],
+        "shell-hook.sh": shell_layout.HOOK,
         "constraints.txt": constraints,
     }
 
@@ -157,13 +167,13 @@ def break_dockerfile(healthy_image: str, break_script_name: str = "break.sh", co
                      script: str | None = None) -> str:
     """The Dockerfile of a broken snapshot: the healthy image plus the break script as one layer.
 
-    The script runs like every sandbox command (env file sourced, in $MINER_PROJECT, as root) and
-    is deleted in the same layer, so the snapshot's filesystem holds no copy of it. The script
-    comes from the build context (`context_dir` + its name) or, given as `script`, is written by
-    the Dockerfile itself. Exporters use this text as it is.
+    The script runs like every sandbox command (`bash -c`, which reads ~/.bashrc through BASH_ENV,
+    in $MINER_PROJECT, as root) and is deleted in the same layer, so the snapshot's filesystem
+    holds no copy of it. The script comes from the build context (`context_dir` + its name) or,
+    given as `script`, is written by the Dockerfile itself. Exporters use this text as it is.
     """
     name = break_script_name
-    run = f"bash -c 'source {ENV_FILE}; cd {PROJECT_DIR} && bash /tmp/{name}' && rm -f /tmp/{name}"
+    run = f"bash -c 'cd {PROJECT_DIR} && bash /tmp/{name}' && rm -f /tmp/{name}"
     if script is not None:  # written and removed in the same layer: no lower layer keeps it
         return f"FROM {healthy_image}\nUSER root\n{inline_files({name: script}, '/tmp')} \\\n    && {run}\n"
     return f"FROM {healthy_image}\nUSER root\nCOPY {context_dir}{name} /tmp/{name}\nRUN {run}\n"

@@ -1,0 +1,182 @@
+"""The solver's view: the instruction's command run the way a solver's shells run it.
+
+A solver meets a task through a harness: Harbor's exec runs `bash -c CMD`, its reference agent
+(terminus-2) types into `bash --login` in tmux. Each starts from the environment the container
+(or sandbox) gives a new process, not from a shell that already read the project's environment.
+The check: in both shells the instruction's command (miner.models.SolverView, made by
+miner.instruction) fails before the fix, printing the instruction's first error line when the
+command prints it verbatim, and passes after the fix.
+
+One script runs both shells (`view_script`); its one output holds a marker line per shell
+(`read_view`), so the validator spends one Sandbox.run per state and `miner check` one exec
+per container. The shells start from the environment the script's own bash started with
+(/proc/$$/environ: what the harness's exec gave it, before bash read $BASH_ENV), in a process group
+of their own that is killed afterwards (a service the command started in the background goes too).
+
+    script = view_script(view.command, timeout=300)
+    runs = read_view(sandbox.run(script).output)
+    problems = judge(view, runs, fixed=False)      # [] when every shell shows the symptom
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass
+
+from miner.models import PROJECT_DIR, SolverView
+
+# The solver's shells: a login shell as terminus-2 opens it (interactive, so it reads /etc/profile
+# and ~/.profile but not $BASH_ENV) and Harbor's `bash -c`.
+SHELLS = {"login": "bash --login -i -c", "bash -c": "bash -c"}
+MARKER = "@@miner-solver-view"
+KEEP_BYTES = 100_000  # of each stream of each shell
+SHOWN_CHARS = 300  # of each shell's output in a problem's text
+# What an interactive shell without a terminal says about itself, not about the command.
+SHELL_NOISE = re.compile(r"^bash: (cannot set terminal process group|no job control in this shell).*$\n?",
+                         re.MULTILINE)
+# What differs between two runs of one command: object addresses, pytest's numbered temporary folders.
+VOLATILE = ((re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"pytest-\d+"), "pytest-?"))
+# How pytest's junit report words an error in a fixture (the console prints the error itself).
+JUNIT_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)$')
+PASSED = re.compile(r"\b\d+ passed\b")
+SKIPPED = re.compile(r"\b\d+ skipped\b")
+
+SCRIPT = r"""
+base=()
+mapfile -d '' -t base < /proc/$$/environ
+limit=()
+if command -v timeout >/dev/null 2>&1; then limit=(timeout -k 5 {timeout}); fi
+cmd=$(printf '%s' {command_b64} | base64 -d)
+out=$(mktemp) err=$(mktemp)
+user=$(id -un 2>/dev/null || id -u)
+for shell in {shells}; do
+  case $shell in login) argv=({login});; *) argv=({plain});; esac
+  cd /
+  "${{limit[@]}}" env -i "${{base[@]}}" "${{argv[@]}}" "cd {project} || exit 99
+$cmd" >"$out" 2>"$err" </dev/null &
+  pid=$!
+  wait "$pid"
+  rc=$?
+  kill -KILL -- -"$pid" 2>/dev/null
+  printf '{marker} %s %s %s %s %s\n' "$user" "$(printf %s "$shell" | base64 -w0)" "$rc" \
+    "$(tail -c {keep} "$out" | base64 -w0)" "$(tail -c {keep} "$err" | base64 -w0)"
+done
+rm -f "$out" "$err"
+"""
+
+
+@dataclass
+class ShellRun:
+    """What one shell printed running the instruction's command."""
+
+    user: str
+    shell: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        """Both streams, without the interactive shell's complaints about having no terminal."""
+        return self.stdout + SHELL_NOISE.sub("", self.stderr)
+
+    def tail(self) -> str:
+        text = " ".join(self.output.split())
+        return text if len(text) <= SHOWN_CHARS else "..." + text[-SHOWN_CHARS:]
+
+
+def view_script(command: str, timeout: float = 600.0, cwd: str = PROJECT_DIR) -> str:
+    """A bash script running `command` in `cwd` in each solver shell, as the user running the
+    script; prints one marker line per shell (see read_view)."""
+    return SCRIPT.format(
+        timeout=max(1, int(timeout)), command_b64=shlex.quote(base64.b64encode(command.encode()).decode()),
+        shells=" ".join(shlex.quote(s) for s in SHELLS), login=SHELLS["login"],
+        plain=SHELLS["bash -c"], project=shlex.quote(cwd), marker=MARKER, keep=KEEP_BYTES,
+    )
+
+
+def _b64(text: str) -> str:
+    return base64.b64decode(text).decode("utf-8", "replace") if text else ""
+
+
+def read_view(output: str) -> list[ShellRun]:
+    """The runs a view_script printed, in order ([] when it printed none: it could not run)."""
+    runs = []
+    for line in output.splitlines():
+        words = line.split(" ")
+        if len(words) == 6 and words[0] == MARKER and words[3].lstrip("-").isdigit():
+            runs.append(ShellRun(user=words[1], shell=_b64(words[2]), exit_code=int(words[3]),
+                                 stdout=_b64(words[4]), stderr=_b64(words[5])))
+    return runs
+
+
+def _normal(text: str) -> str:
+    for pattern, replacement in VOLATILE:
+        text = pattern.sub(replacement, text)
+    return " ".join(text.split())
+
+
+def shows_line(run: ShellRun, line: str) -> bool:
+    """Whether the run printed the line: as pytest prints it (a rewritten assertion without its
+    "AssertionError: ", a fixture's error without the report's 'failed on setup with "...'), and
+    the instruction may have shortened it with " ..."."""
+    needle = line.strip().removesuffix(" ...")
+    wrapped = JUNIT_WRAPPED.match(needle)
+    needle = (wrapped.group(1).removesuffix('"') if wrapped else needle).removeprefix("AssertionError: ")
+    needle = _normal(needle)[:200]
+    return not needle or needle in _normal(run.output)
+
+
+def passes(view: SolverView, run: ShellRun) -> bool:
+    """Whether the check passes in this run: pytest ran it and it passed (not skipped); a probe
+    exits as it did healthy and, where its output was recorded, prints what it printed healthy (an
+    import or a console script: stdout; an image's command: both streams as one); a service's
+    answer is fetched."""
+    probe = view.probe
+    if probe is None:
+        skipped = view.outcome == "skipped" and SKIPPED.search(run.output)
+        return run.exit_code == 0 and bool(PASSED.search(run.output)) and not skipped
+    if probe.kind == "http":  # the fetch of the service's answer
+        return run.exit_code == 0
+    expected = probe.expected_exit if probe.expected_exit is not None else 0
+    if run.exit_code != expected:
+        return False
+    if not probe.expected_digest:
+        return True
+    if probe.kind in ("import", "script"):  # probe.py digests stdout alone
+        return _digest(run.stdout) == probe.expected_digest
+    # an image's command: the backend digests both streams as one (`docker exec`)
+    stderr = SHELL_NOISE.sub("", run.stderr)
+    return probe.expected_digest in (_digest(run.stdout + stderr), _digest(stderr + run.stdout))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def judge(view: SolverView, runs: list[ShellRun], fixed: bool) -> list[str]:
+    """What is wrong with the runs ([] when none): before the fix (fixed=False) the check fails in
+    every shell, showing the instruction's first error line; after it, it passes in every shell."""
+    if not runs:
+        return ["the solver's shells did not run (no report from the view script)"]
+    problems = []
+    for run in runs:
+        who = f"{run.shell}" + ("" if run.user == "root" else f" as {run.user}")
+        if fixed and not passes(view, run):
+            problems.append(f"after the fix it still fails in `{who}` (exit {run.exit_code}): {run.tail()}")
+        elif not fixed and passes(view, run):
+            problems.append(f"it passes in `{who}` (exit {run.exit_code}): {run.tail()}")
+        elif not fixed and not shows_line(run, view.line):
+            problems.append(f"`{who}` does not print {view.line!r} (exit {run.exit_code}): {run.tail()}")
+    return problems
+
+
+def log_text(runs: list[ShellRun]) -> str:
+    """The runs as a log: each shell's exit code and output."""
+    parts = []
+    for run in runs:
+        parts.append(f"$ {run.shell} (as {run.user}, exit {run.exit_code})\n{run.output.rstrip()}")
+    return "\n\n".join(parts) + "\n"
