@@ -16,10 +16,13 @@ where the evidence names it:
 
     literal_bytes(fix_script)   # bytes of data the script carries (heredoc bodies, long strings)
     MAX_FIX_LITERAL             # above this a candidate is rejected as `unrecoverable`
+    decoded_payload(fix_script) # a decoder the script runs (base64 -d, b64decode, xxd -r, ...): a
+                                # fix must not decode a copy of the original, however short
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import tree_sitter_bash
@@ -29,6 +32,12 @@ EVIDENCE_KINDS = ("reversible", "package-index", "debian-archive", "project-file
 NETWORK_EVIDENCE = frozenset({"package-index", "debian-archive", "published-source"})  # need the network
 MAX_FIX_LITERAL = 512  # bytes: "a few hundred"
 LONG_STRING = 64  # shorter strings are names, paths and patterns, not carried data
+# Commands and calls that turn an encoded payload back into bytes.
+DECODERS = re.compile(
+    r"\bbase(?:64|32)\s+(?:-[a-zA-Z]*d|--decode)|\b(?:b64|b32|b16|a85|b85|urlsafe_b64)decode\b|"
+    r"\bxxd\b[^\n]*\s-r|\buudecode\b|\bopenssl\s+(?:enc\s+)?-?base64\b[^\n]*\s-d\b|"
+    r"\bcodecs\.decode\([^)]*['\"](?:base64|hex|zip)"
+)
 
 
 @lru_cache(maxsize=1)
@@ -57,3 +66,9 @@ def literal_bytes(script: str) -> int:
 def needs_network(kinds: list[str] | tuple[str, ...]) -> bool:
     """Whether a repair from these kinds of evidence needs the network (the index, the archive)."""
     return bool(NETWORK_EVIDENCE & set(kinds))
+
+
+def decoded_payload(script: str) -> str | None:
+    """The decoder a script runs to turn an embedded payload back into bytes, or None."""
+    found = DECODERS.search(script)
+    return found.group(0).strip() if found else None

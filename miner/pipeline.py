@@ -156,6 +156,10 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
     ctx = Context(backend, env, state, healthy_manifest(backend, env), timeout=timeout, extra=extra,
                   symptoms=store.symptoms(project.repo, project.commit), per_symptom=options.per_symptom)
     by_id = {t.id: t for t in types}
+    # Pairs without evidence (rule 8) are recorded as rejected, never run: they take no budget.
+    for inversion in (inv for inv in candidates if inv.no_evidence):
+        _try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph)
+    candidates = [inv for inv in candidates if not inv.no_evidence]
     total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
     for number, inversion in enumerate(_adaptive(candidates, options, lambda inv: store.candidate_rule(
             inv.id_for(project))), 1):
@@ -276,7 +280,7 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
     report.suite_runs += candidate.suite_runs
     if candidate.status == "validated":
         task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, graph)
-        task.model, task.evidence = model, list(inversion.evidence)
+        task.model = model
         if instruct is not None:
             task.instruction = instruct(task, candidate, ctx.state)
         store.add_task(task, task_files(task, ctx.state, candidate))
