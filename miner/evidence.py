@@ -23,7 +23,9 @@ where the evidence names it:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from functools import lru_cache
+from typing import Any
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
@@ -63,9 +65,24 @@ def literal_bytes(script: str) -> int:
     return total
 
 
-def needs_network(kinds: list[str] | tuple[str, ...]) -> bool:
+def needs_network(kinds: Iterable[str]) -> bool:
     """Whether a repair from these kinds of evidence needs the network (the index, the archive)."""
     return bool(NETWORK_EVIDENCE & set(kinds))
+
+
+def evidence_filter(kinds: Iterable[str] = (), offline: bool = False) -> Callable[[Any], bool]:
+    """A test of a task (anything with `.evidence`, a list of items with `.kind`): it names one of
+    `kinds` (when given), and with `offline` its repair needs no network. A task recorded without
+    evidence passes neither test: nothing says how it is repaired."""
+    wanted = set(kinds)
+
+    def keep(task: Any) -> bool:
+        have = {e.kind for e in task.evidence}
+        if wanted and not have & wanted:
+            return False
+        return not offline or (bool(have) and not needs_network(have))
+
+    return keep
 
 
 def decoded_payload(script: str) -> str | None:
