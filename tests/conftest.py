@@ -338,8 +338,9 @@ def sample_target(itype: InversionType) -> Target:
     Kinds without a hand-written sample (container-only ones) get every `target.attrs.NAME`
     their templates use, so any catalogue type, present or future, can be rendered.
     """
-    text = itype.summary + itype.break_script + itype.fix_script
-    attrs = {name: "644" if name == "mode" else f"sample-{name}" for name in re.findall(r"target\.attrs\.(\w+)", text)}
+    text = itype.summary + itype.break_script + itype.fix_script + "".join(e.kind + e.detail for e in itype.evidence)
+    special = {"mode": "644", "evidence": "package-index"}  # a target's own evidence names a real kind
+    attrs = {name: special.get(name, f"sample-{name}") for name in re.findall(r"target\.attrs\.(\w+)", text)}
     attrs |= {k: v[0] if isinstance(v, list) else v for k, v in itype.preconditions.items()
               if k != "context" and not k.startswith(("min_", "max_"))}
     base = SAMPLE_TARGETS.get(itype.target)

@@ -89,8 +89,8 @@ def test_task_configs_load_as_harbors_own_model(harbor, harbor_export, mined_sto
 
 # -- the published source: a real PyPI sdist -----------------------------------------------------------
 
-SDIST = "pypi:text-unidecode==1.3"  # its code reads text_unidecode/data.bin, shipped in the sdist
-SDIST_TYPES = "data/truncate,fs/deleted,fs/broken-symlink"
+SDIST = "pypi:wonderwords==3.0.1"  # its code reads word lists (wonderwords/assets/*.txt) shipped in the sdist
+SDIST_TYPES = "data/truncate,data/corrupt-bytes"
 
 
 @pytest.fixture(scope="module")
