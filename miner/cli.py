@@ -437,9 +437,11 @@ def inversions(ctx: click.Context, family: str | None, extra_dirs: tuple[Path, .
     table.add_column("target")
     table.add_column("backends")
     table.add_column("whole suite")
+    table.add_column("evidence")
     table.add_column("description", overflow="fold")
     for t in types:
-        table.add_row(t.id, t.target, ",".join(t.backends), "yes" if t.whole_suite else "",
+        evidence = ",".join("(per target)" if "{{" in e.kind else e.kind for e in t.evidence) or "none"
+        table.add_row(t.id, t.target, ",".join(t.backends), "yes" if t.whole_suite else "", evidence,
                       escape(t.description))
     print_table(make_console(), table)
 

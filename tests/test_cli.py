@@ -288,11 +288,12 @@ def test_inversions_in_a_pipe_print_whole_descriptions() -> None:
 
     catalogue = load_catalogue()
     lines = run("inversions", env={"COLUMNS": "40"}).output.splitlines()
-    assert lines[1].split("\t") == ["id", "target", "backends", "whole suite", "description"]
+    assert lines[1].split("\t") == ["id", "target", "backends", "whole suite", "evidence", "description"]
     rows = {cells[0]: cells for cells in (line.split("\t") for line in lines[2:])}
     assert set(rows) == set(catalogue)
     for type_id, cells in rows.items():
-        assert cells[4] == " ".join(catalogue[type_id].description.split()), type_id
+        assert cells[5] == " ".join(catalogue[type_id].description.split()), type_id
+    assert (rows["deps/uninstall"][4], rows["config/missing-key"][4]) == ("package-index", "(per target)")
 
 
 def test_a_terminal_gets_rich_tables(store_root: Path) -> None:

@@ -642,7 +642,8 @@ class ProceduralInverter:
                 hidden.append(".".join(path))
                 continue
             return {"key": ".".join(path), "line": line, "old_line": old_line, "new_line": new_line,
-                    "old_value": json.dumps(value, ensure_ascii=False), "new_value": json.dumps(new, ensure_ascii=False)}
+                    "old_value": json.dumps(value, ensure_ascii=False),
+                    "new_value": json.dumps(new, ensure_ascii=False)}
         if hidden:
             raise NoEvidence(f"retyping {', '.join(hidden[:3])} hides the old value")
         return None
