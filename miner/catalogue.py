@@ -12,13 +12,16 @@ holds the fields of `miner.models.InversionType` except id and family:
     whole_suite: false
     weight: 1.0
     evidence: [{kind: reversible|package-index|debian-archive|project-files|published-source, detail: template}]
+                # rule 8: what every fix of the type recovers from; the kind may itself be a template
+                # naming the target's ("{{ target.attrs.evidence }}"), rendered to one of those kinds
     summary: one-line jinja2 template
     break_script: jinja2 template of a bash script
     fix_script: jinja2 template of a bash script (the oracle)
 
 Templates see `target` (a miner.models.Target) plus the context the inverter computed
 (original_b64, mode, version, ...), are rendered with StrictUndefined, and can use the
-filters `q` (shell quoting) and `b64` (base64 of a text). Adding a type touches no code.
+filters `q` (shell quoting) and `b64` (base64 of a text, for break scripts: a fix never decodes a
+payload, rule 8). Adding a type touches no code.
 
 Usage:
     catalogue = load_catalogue()
@@ -35,18 +38,19 @@ from collections.abc import Iterable, Iterator
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from miner.models import Evidence, Inversion, InversionType, Target, TargetKind
+from miner.models import Evidence, EvidenceKind, EvidenceTemplate, Inversion, InversionType, Target, TargetKind
 
 PACKAGE = "miner.catalogue_data"
 REPO_DIR = Path(__file__).resolve().parent.parent / "inversions"
 BACKENDS = {"local", "docker"}
 NETWORK_KEYS = {"break", "fix"}
+EVIDENCE_KINDS = get_args(EvidenceKind)
 
 
 class CatalogueError(Exception):
@@ -66,7 +70,7 @@ class TypeFile(BaseModel):
     backends: list[str] = ["local", "docker"]
     network: dict[str, bool] = {}
     whole_suite: bool = False
-    evidence: list[Evidence] = []  # rule 8: [{kind: package-index, detail: "{{ dist }}=={{ version }}"}]
+    evidence: list[EvidenceTemplate] = []  # rule 8: [{kind: package-index, detail: "{{ dist }}=={{ version }}"}]
     summary: str
     break_script: str
     fix_script: str
@@ -78,6 +82,15 @@ class TypeFile(BaseModel):
         unknown = set(value) - BACKENDS
         if unknown or not value:
             raise ValueError(f"backends must be a non-empty subset of {sorted(BACKENDS)}, got {value}")
+        return value
+
+    @field_validator("evidence")
+    @classmethod
+    def _known_evidence(cls, value: list[EvidenceTemplate]) -> list[EvidenceTemplate]:
+        for item in value:
+            if item.kind not in EVIDENCE_KINDS and "{{" not in item.kind:
+                raise ValueError(f"evidence kind must be among {', '.join(EVIDENCE_KINDS)} (or a template), "
+                                 f"got {item.kind!r}")
         return value
 
     @field_validator("network")
@@ -140,7 +153,8 @@ def load_type(type_id: str, text: str, origin: str) -> InversionType:
     if data.id not in (None, type_id) or data.family not in (None, family):
         raise CatalogueError(f"{origin}: id/family ({data.id}, {data.family}) disagree with the path ({type_id})")
     for field, text in [("summary", data.summary), ("break_script", data.break_script),
-                        ("fix_script", data.fix_script), *(("evidence", e.detail) for e in data.evidence)]:
+                        ("fix_script", data.fix_script),
+                        *(("evidence", text) for e in data.evidence for text in (e.kind, e.detail))]:
         try:
             ENV.parse(text)
         except jinja2.TemplateSyntaxError as exc:
@@ -217,6 +231,12 @@ def render(itype: InversionType, target: Target, context: dict[str, Any] | None 
         summary=summary,
         network_break=itype.network.get("break", False),
         network_fix=itype.network.get("fix", False),
-        evidence=[Evidence(kind=e.kind, detail=" ".join(_render_one(itype, "evidence", variables, e.detail).split()))
-                  for e in itype.evidence],
+        evidence=[_render_evidence(itype, e, variables) for e in itype.evidence],
     )
+
+
+def _render_evidence(itype: InversionType, template: EvidenceTemplate, variables: dict[str, Any]) -> Evidence:
+    kind = _render_one(itype, "evidence", variables, template.kind).strip()
+    if kind not in EVIDENCE_KINDS:
+        raise CatalogueError(f"{itype.id}: evidence: {kind!r} is not an evidence kind ({', '.join(EVIDENCE_KINDS)})")
+    return Evidence(kind=kind, detail=" ".join(_render_one(itype, "evidence", variables, template.detail).split()))

@@ -11,6 +11,11 @@ before the verifier, the instruction's command runs in a login shell and in `bas
 as the project image's own user: untouched it fails showing the instruction's first error line,
 after solution/solve.sh it passes.
 
+The network route is the task's own (rule 8): the untouched run has none, and the oracle has it
+only when the task declares its repair needs it (allowed hosts in [metadata], or Harbor's
+[environment] network_mode); so oracle 1 shows the repair is possible from the evidence the task
+names, offline ones from what the environment holds.
+
     results = check_tasks([Path("out/task-a"), Path("out/task-b")])
     bad = [r for r in results if not r.ok]
 """
@@ -133,8 +138,20 @@ def tar_folder(folder: Path, arcname: str) -> bytes:
     return buf.getvalue()
 
 
+def repair_network(config: dict) -> bool:
+    """Whether the task declares that its repair needs the network: Harbor's own policy when set
+    (public, or an allowlist), else miner's [metadata] (allowed hosts; a task without evidence,
+    exported before rule 8, keeps the network it always had)."""
+    mode = config.get("environment", {}).get("network_mode")
+    if mode is not None:
+        return mode != "no-network"
+    metadata = config.get("metadata", {})
+    return bool(metadata.get("allowed_hosts")) or not metadata.get("evidence_kinds")
+
+
 def container_options(task_dir: Path) -> dict:
-    """cap_drop and security_opt of the task's compose override for its main service (as Harbor applies)."""
+    """cap_drop and security_opt of the task's compose override for its main service (as Harbor
+    applies; the network is the route's, see repair_network)."""
     path = task_dir / "environment" / "docker-compose.yaml"
     if not path.is_file():
         return {}
@@ -181,12 +198,15 @@ class Checker:
             raise CheckError(f"environment/ does not build: {exc.explanation or exc}") from None
         return image.id
 
-    def start(self, image: str, task_dir: Path):  # noqa: ANN201 - a docker Container
-        """A fresh container of the task's image, kept alive and confined as Harbor runs it."""
+    def start(self, image: str, task_dir: Path, network: bool = False):  # noqa: ANN201 - a docker Container
+        """A fresh container of the task's image, kept alive and confined as Harbor runs it, with
+        the network only when asked (the default bridge) and none otherwise."""
         from miner.sandbox.docker.images import labels
 
+        route = {} if network else {"network_mode": "none"}
         container = self.client.containers.run(image, ["sh", "-c", "sleep infinity"], detach=True,
-                                               labels=labels("fork", purpose="check"), **container_options(task_dir))
+                                               labels=labels("fork", purpose="check"), **container_options(task_dir),
+                                               **route)
         container.exec_run(["mkdir", "-p", "/logs/verifier", "/logs/agent"])
         return container
 
@@ -224,10 +244,11 @@ class Checker:
         return problems
 
     def scenario(self, image: str, task_dir: Path, config: dict, with_solution: bool) -> Scenario:
-        """A fresh container: optionally solve.sh (as the oracle agent), the solver's view, then tests/test.sh."""
+        """A fresh container: optionally solve.sh (as the oracle agent), the solver's view, then tests/test.sh;
+        with the network only for the oracle of a task whose repair needs it."""
         start = time.monotonic()
         view, users = read_solver_view(task_dir)
-        container = self.start(image, task_dir)
+        container = self.start(image, task_dir, network=with_solution and repair_network(config))
         try:
             note = self.solve(container, task_dir, config) if with_solution else ""
             seen = self.solver_view(container, view, users, fixed=with_solution)

@@ -36,6 +36,7 @@ from rich.table import Table
 
 from miner import __version__
 from miner.display import make_console, print_block, print_table
+from miner.evidence import EVIDENCE_KINDS, evidence_filter
 from miner.models import Task
 from miner.store import DB_NAME, DEFAULT_ROOT, Store, StoreError, StoreMissing
 
@@ -43,6 +44,15 @@ if TYPE_CHECKING:
     from miner.check import CheckResult
 
 DIFFICULTIES = ("easy", "medium", "hard")
+
+
+def evidence_options(command: Callable) -> Callable:
+    """--evidence KIND (repeatable) and --offline: filters on what a task's repair recovers from (rule 8)."""
+    command = click.option("--offline", is_flag=True,
+                           help="Only tasks whose repair needs no network (no index, archive or sdist).")(command)
+    return click.option("--evidence", "evidence", multiple=True, type=click.Choice(EVIDENCE_KINDS), metavar="KIND",
+                        help=f"Only tasks whose evidence is of this kind ({', '.join(EVIDENCE_KINDS)}); "
+                             "repeatable.")(command)
 # miner's own exceptions carry messages written for the user. They are found by name, in the
 # modules already imported, so that `miner --help` does not import what defines them.
 USER_ERRORS = (("miner.store", "StoreError"), ("miner.catalogue", "CatalogueError"),
@@ -192,6 +202,7 @@ def task_row(task: Task) -> dict[str, Any]:
         "p2p_count": len(task.p2p),
         "summary": task.summary,
         "model": task.model,
+        "evidence": [e.model_dump() for e in task.evidence],
         "created": task.created,
     }
 
@@ -220,10 +231,12 @@ def check_repo(store: Store, repo: str | None) -> None:
 @click.option("--type", "type_spec", metavar="T", help="Exact type id (deps/uninstall) or family (deps).")
 @click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
 @click.option("--difficulty", type=click.Choice(DIFFICULTIES), help="Exact difficulty.")
+@evidence_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_context
 def tasks_list(
-    ctx: click.Context, type_spec: str | None, repo: str | None, difficulty: str | None, as_json: bool
+    ctx: click.Context, type_spec: str | None, repo: str | None, difficulty: str | None, evidence: tuple[str, ...],
+    offline: bool, as_json: bool
 ) -> None:
     """List stored tasks, optionally filtered."""
     with open_store(ctx) as store:
@@ -232,6 +245,7 @@ def tasks_list(
         found = store.list_tasks(type_spec=type_spec, repo=repo, difficulty=difficulty)
         if not found:
             check_repo(store, repo)
+        found = [task for task in found if evidence_filter(evidence, offline)(task)]
     rows = [task_row(t) for t in found]
     if as_json:
         print_json(rows)
@@ -242,10 +256,12 @@ def tasks_list(
     table.add_column("repo", overflow="fold")
     table.add_column("target", overflow="fold")
     table.add_column("difficulty", no_wrap=True)
+    table.add_column("evidence", overflow="fold")
     table.add_column("f2p", justify="right")
     table.add_column("p2p", justify="right")
     for r in rows:
-        table.add_row(r["id"], r["type"], escape(r["repo"]), escape(r["target"]), r["difficulty"],
+        kinds = ", ".join(dict.fromkeys(e["kind"] for e in r["evidence"])) or "-"
+        table.add_row(r["id"], r["type"], escape(r["repo"]), escape(r["target"]), r["difficulty"], kinds,
                       str(r["f2p_count"]), str(r["p2p_count"]))
     print_table(make_console(), table)
 
@@ -424,9 +440,11 @@ def inversions(ctx: click.Context, family: str | None, extra_dirs: tuple[Path, .
     table.add_column("target")
     table.add_column("backends")
     table.add_column("whole suite")
+    table.add_column("evidence")
     table.add_column("description", overflow="fold")
     for t in types:
-        table.add_row(t.id, t.target, ",".join(t.backends), "yes" if t.whole_suite else "",
+        evidence = ",".join("(per target)" if "{{" in e.kind else e.kind for e in t.evidence) or "none"
+        table.add_row(t.id, t.target, ",".join(t.backends), "yes" if t.whole_suite else "", evidence,
                       escape(t.description))
     print_table(make_console(), table)
 
@@ -840,20 +858,26 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
 @click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
 @click.option("--difficulty", type=click.Choice(DIFFICULTIES), help="Exact difficulty.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Export at most N tasks (oldest first).")
+@evidence_options
 @click.option("--overwrite", is_flag=True, help="Rewrite task folders (or records) that already exist.")
 @click.option("--org", default="miner", show_default=True, help="Harbor task names are ORG/NAME.")
 @click.option("--base-image", default="miner/base:bookworm", show_default=True, envvar="MINER_EXPORT_BASE_IMAGE",
               help="FROM image of the exported Dockerfiles (it needs bash and python3 with venv).")
+@click.option("--network-policy", type=click.Choice(["compose", "harbor"]), default="compose", show_default=True,
+              help="harbor: a task also declares the network its repair needs as Harbor's [environment] "
+                   "network_mode/allowed_hosts (Harbor's docker environment then needs its egress-control "
+                   "sidecar); compose: an offline task's compose file cuts its network.")
 @click.pass_context
 def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], repo: str | None,
-           difficulty: str | None, limit: int | None, overwrite: bool, org: str, base_image: str) -> None:
+           difficulty: str | None, limit: int | None, evidence: tuple[str, ...], offline: bool, overwrite: bool,
+           org: str, base_image: str, network_policy: str) -> None:
     """Export stored tasks in bulk; rerunning it leaves existing folders alone (or rewrites them identically)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from miner.export import ExportOptions, export_tasks, select_tasks
 
     try:
-        options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite)
+        options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite, network_policy=network_policy)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--org") from None
     to_stdout = out == Path("-")
@@ -862,7 +886,8 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], repo
     console = make_console(stderr=to_stdout)  # standard output holds the records alone
     with open_store(ctx) as store, tempfile.TemporaryDirectory(prefix="miner-export-") as scratch:
         check_type_specs(store, list(types))
-        chosen = select_tasks(store, types, repo=repo, difficulty=difficulty, limit=limit)
+        chosen = select_tasks(store, types, repo=repo, difficulty=difficulty, limit=limit, evidence=evidence,
+                              offline=offline)
         if not chosen:
             check_repo(store, repo)
             raise click.ClickException("no stored task matches the filters")

@@ -39,10 +39,10 @@ VARIABLES = {  # what templates see besides `target` (see inversions/README.md)
     "distribution": "dist, version; attrs: version, depth, project_own, top_level, has_console_scripts",
     "module": "dist, version; target.path is the site-packages-relative file; attrs: dist, version, package",
     "script": "dist, version; target.path is bin/NAME; attrs: dist, entry, project_own",
-    "config": "original_b64, mode (octal), size; target.path is project-relative; attrs: format, ext, size, "
+    "config": "mode (octal), size; target.path is project-relative; attrs: format, ext, size, "
               "mode, is_text, has_crlf, lines",
-    "data": "original_b64, mode (octal), size; target.path is project-relative; attrs: ext, size, mode, is_text, "
-            "has_crlf, lines, in_tests",
+    "data": "mode (octal), size; target.path is project-relative; attrs: ext, size, mode, is_text, "
+            "has_crlf, lines",
     "envvar": "value; attrs: value, value_kind (bool/int/url/path/str)",
 }
 SCHEMA = {
@@ -179,6 +179,7 @@ def parse_type(content: str, task: Task) -> tuple[InversionType, str]:
                                    "network") if k in data}
     fields["target"] = task.target.kind
     fields["backends"] = [task.backend]
+    fields["evidence"] = [{"kind": e.kind} for e in task.evidence]  # rule 8: what the task's fix recovers from
     type_text = yaml.safe_dump(fields, sort_keys=False, allow_unicode=True, width=1000)
     type_id = f"{task.family}/{name}"
     return load_type(type_id, type_text, f"learned type {type_id}"), type_text

@@ -348,9 +348,12 @@ def _mine_project(unit: Unit, prepared: Prepared, root: Path, emit: Emit, report
         with clock.phase("choose"):
             candidates = choose_candidates(project, state, unit.types, options, graph, extra_targets) \
                 if procedural else []
-        total = len(candidates) if options.budget is None else min(options.budget, len(candidates))
-        batches = split_batches(project.commit, candidates, total, options.batch_size)
+        # Pairs without evidence (rule 8) are judged (rejected before anything runs) but take no budget.
+        usable = [inv for inv in candidates if not inv.no_evidence]
+        total = len(usable) if options.budget is None else min(options.budget, len(usable))
+        batches = split_batches(project.commit, usable, total, options.batch_size)
         if batches:
+            batches[0].inversions[:0] = [inv for inv in candidates if inv.no_evidence]
             say(f"{total} candidates: {len(batches)} batches of up to {options.batch_size}")
             return batches
     with clock.phase("manifest"):
@@ -380,6 +383,9 @@ def split_batches(commit: str, candidates: list[Inversion], total: int, size: in
 def _judge_all(mining: _Mining, candidates: list[Inversion], total: int) -> None:
     options, report = mining.unit.options, mining.report
     by_id = {t.id: t for t in mining.unit.types}
+    for inversion in (inv for inv in candidates if inv.no_evidence):
+        _try(mining, inversion, by_id[inversion.type_id])
+    candidates = [inv for inv in candidates if not inv.no_evidence]
     for number, inversion in enumerate(_adaptive(candidates, options, mining.rule_of), 1):
         if options.max_tasks_per_repo is not None and report.validated >= options.max_tasks_per_repo:
             break
@@ -500,7 +506,7 @@ def _try(mining: _Mining, inversion: Inversion, itype: InversionType, model: str
     task, files = None, {}
     if candidate.status == "validated":
         task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, mining.graph)
-        task.model, task.evidence = model, list(inversion.evidence)
+        task.model = model
         if instruct is not None:
             task.instruction = instruct(task, candidate, ctx.state)
         files = task_files(task, ctx.state, candidate)

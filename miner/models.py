@@ -187,6 +187,14 @@ class Evidence(BaseModel):
         return f"{self.kind}: {self.detail}" if self.detail else self.kind
 
 
+class EvidenceTemplate(BaseModel):
+    """A catalogue type's evidence: kind and detail are jinja2 templates rendered per target (the
+    kind is usually one of the evidence kinds itself, or names the target's, e.g. "{{ target.attrs.evidence }}")."""
+
+    kind: str
+    detail: str = ""
+
+
 class InversionType(BaseModel):
     """One entry of the inversions/ catalogue: a kind of break, as data."""
 
@@ -198,7 +206,7 @@ class InversionType(BaseModel):
     backends: list[str] = Field(default_factory=lambda: ["local", "docker"])
     network: dict[str, bool] = Field(default_factory=dict)  # {"break": bool, "fix": bool}
     whole_suite: bool = False  # a break expected to kill the whole suite (its own label)
-    evidence: list[Evidence] = Field(default_factory=list)  # what its fixes recover from; details are templates
+    evidence: list[EvidenceTemplate] = Field(default_factory=list)  # what its fixes recover from (templates)
     summary: str  # jinja2 template of a one-line summary
     break_script: str  # jinja2 template
     fix_script: str  # jinja2 template
@@ -232,6 +240,7 @@ class Inversion(BaseModel):
     predicted_f2p: list[str] | None = None
     graph_depth: int | None = None
     evidence: list[Evidence] = Field(default_factory=list)  # what the fix recovers from (rule 8)
+    no_evidence: str = ""  # why no evidence could be established: a pair recorded as unrecoverable, never run
 
     def id_for(self, project: Project) -> str:
         return content_id(project.repo, project.commit, self.type_id, self.target.key, self.break_script)

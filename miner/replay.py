@@ -143,8 +143,12 @@ def replay(store: Store, task_id: str, say: Say, keep: bool = False, shell: bool
 
 
 def _network(task: Task, which: str) -> bool:
+    """The break's network as its type declares; the fix's as its evidence needs (rule 8)."""
     from miner.catalogue import load_catalogue
+    from miner.evidence import needs_network
 
+    if which == "fix" and task.evidence:
+        return needs_network([e.kind for e in task.evidence])
     itype = load_catalogue().get(task.type_id)
     return bool(itype and itype.network.get(which))
 

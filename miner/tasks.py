@@ -1,4 +1,5 @@
-"""A validated candidate -> Task: the instruction from its symptom, the difficulty from the graph.
+"""A validated candidate -> Task: the instruction from its symptom, the difficulty from the graph,
+the evidence its repair recovers from (rule 8, from the inversion).
 
 Where tasks are made (the crawl calls it for every validated candidate): `make_task` builds the
 Task record, `task_files` the files of its folder besides task.json, and `difficulty` scores how
@@ -65,6 +66,7 @@ def make_task(project: Project, state: HealthyState, cand: Candidate, itype: Inv
         test_command=state.test_command, probes=[p for p in state.probes if p.id in set(cand.f2p + cand.p2p)],
         protected={p: state.file_hashes[p] for p in state.protected}, suite_seconds=state.suite_seconds,
         backend=backend, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        evidence=list(inv.evidence),
     )
     task.instruction = write_instruction(task, cand, state)
     task.solver_view = observed_symptom(task, cand, state).view()  # what `miner check` runs in a solver's shells

@@ -1,14 +1,18 @@
 """Validator: applies the acceptance rules of the design note to one candidate inversion.
 
-Rules, cheapest first: (1) the break runs inside a fresh copy within its limit; (3) protected
-code and test files stay byte-identical; (2) F2P non-empty, and P2P non-empty when the healthy
-suite has several passing tests (unless the type is labelled whole-suite); (6) no copy of what
-the break changed is left anywhere in the sandbox; (4) the fix brings every healthy-passing test
+Rules, cheapest first: (8) recoverable, decided before anything runs: the inversion names its
+evidence, and its fix carries no copy of the answer (at most MAX_FIX_LITERAL bytes of literal
+data, no decoded payload); (1) the break runs inside a fresh copy within its limit; (3) the
+project's code and (7) its test tree and runner configuration stay byte-identical, each rejected
+under its own rule; (2) F2P non-empty, and P2P non-empty when the healthy suite has several
+passing tests (unless the type is labelled whole-suite); (6) no copy of what the break changed is
+left anywhere in the sandbox; (4) the fix, run with the network only when its evidence needs it
+(the package index, the Debian archive, the published source), brings every healthy-passing test
 back; (5) the break replayed on another fresh copy gives the same F2P set. The solver's view
 (rule `solver-view`): the command the instruction will show, run in a login shell and in
 `bash -c` (miner.solver_view), fails with its first error line after the break and passes after
-the fix, in the same sandbox, one run each. Rule 6 scans what
-the backend declares a break may touch (Capabilities.scan_roots: the sandbox folder locally, the
+the fix, in the same sandbox, one run each. Rule 6 scans what the
+backend declares a break may touch (Capabilities.scan_roots: the sandbox folder locally, the
 whole container file system on Docker).
 When the dependency graph predicted the blast radius and running it alone costs less than half
 a suite run (by the healthy durations), the predicted tests run first and a candidate none of
@@ -28,9 +32,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from miner.evidence import MAX_FIX_LITERAL, decoded_payload, literal_bytes, needs_network
 from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
 from miner.instruction import candidate_symptom
 from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, RejectRule, SolverView, SuiteRun
+from miner.projectfiles import in_test_tree, is_runner_config, test_file_of
 from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
 from miner.solver_view import judge, log_text, read_view, view_script
 from miner.timing import Clock
@@ -156,11 +162,18 @@ class Run:
             self._protected_unchanged(sandbox)
 
     def _protected_unchanged(self, sandbox: Sandbox) -> None:
-        paths = [f"{PROJECT_DIR}/{p}" for p in self.ctx.state.protected]
-        now = hash_tree(sandbox, [], paths=paths)
-        changed = [p for p in self.ctx.state.protected if now.get(f"{PROJECT_DIR}/{p}") != self.ctx.state.file_hashes[p]]
-        if changed:
-            raise Rejected("protected-changed", f"protected files changed: {', '.join(changed[:5])}")
+        """Rules 3 and 7: the project's code, and apart from it its test tree and runner configuration
+        (the judge), are byte-identical to the healthy state; each is rejected under its own rule."""
+        state = self.ctx.state
+        now = hash_tree(sandbox, [], paths=[f"{PROJECT_DIR}/{p}" for p in state.protected])
+        changed = [p for p in state.protected if now.get(f"{PROJECT_DIR}/{p}") != state.file_hashes[p]]
+        tests = {path for path in map(test_file_of, state.outcomes) if path}
+        judging = [p for p in changed if in_test_tree(p, tests) or is_runner_config(p)]
+        code = [p for p in changed if p not in judging]
+        if code:
+            raise Rejected("protected-changed", f"protected code changed: {', '.join(code[:5])}")
+        if judging:
+            raise Rejected("test-tree-changed", f"the tests are the judge: the break changed {', '.join(judging[:5])}")
 
     def no_leak(self, sandbox: Sandbox) -> None:
         with self.clock.phase("scan"):
@@ -199,6 +212,26 @@ class Run:
                                           + "; ".join(problems))
 
 
+def recoverable(inv: Inversion) -> None:
+    """Rule 8, before anything runs: the inversion names the evidence its fix recovers from, and the
+    fix carries no copy of the answer (a decoded payload, or more than a short literal)."""
+    if not inv.evidence:
+        raise Rejected("unrecoverable", f"no evidence: {inv.no_evidence or 'the inversion names none'}")
+    size = literal_bytes(inv.fix_script)
+    decoder = decoded_payload(inv.fix_script)
+    if decoder:
+        raise Rejected("unrecoverable", f"the fix decodes a payload ({decoder!r}; {size} bytes of literal data): "
+                                        "it carries a copy of the answer instead of recovering it from evidence")
+    if size > MAX_FIX_LITERAL:
+        raise Rejected("unrecoverable", f"the fix carries {size} bytes of literal data (at most {MAX_FIX_LITERAL}): "
+                                        "a copy of the answer, not a value its evidence names")
+
+
+def fix_network(inv: Inversion) -> bool:
+    """Whether the fix runs with the network: only when its evidence needs it (index, archive, sdist)."""
+    return needs_network([e.kind for e in inv.evidence])
+
+
 def _unversioned(path: str) -> str:
     """A path with the version dropped from its .dist-info folder: another release of the same
     distribution carries identical files (LICENSE, top_level.txt) that are no backup."""
@@ -211,6 +244,7 @@ def validate(ctx: Context, inversion: Inversion, whole_suite_ok: bool = False) -
     fields: dict = {}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="miner-replay") as aside:
         try:
+            recoverable(inversion)
             fields = _judge(run, inversion, whole_suite_ok, aside if ctx.overlap else None)
             status, rule, detail = "validated", None, ""
         except Rejected as rejection:
@@ -240,7 +274,7 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool, aside: ThreadPoolExec
         messages = {t: broken.results[t].message for t in f2p if t in broken.results}
         view = candidate_symptom(inv, f2p, broken.outcomes(), messages, ctx.state).view()
         run.solver_view(sandbox, view, fixed=False)
-        run.apply(sandbox, "fix", inv.fix_script, inv.network_fix)
+        run.apply(sandbox, "fix", inv.fix_script, fix_network(inv))
         fixed = run.check(sandbox, "fixed")
         still = sorted(t for t in run.healthy_pass if fixed.outcomes().get(t) != "passed")
         if still:

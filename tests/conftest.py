@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import Counter
 import re
 import shutil
 import subprocess
@@ -236,12 +237,15 @@ def mined_store(mined_crawl: Crawl) -> Path:
 
 
 def one_per_family(tasks: list[Task]) -> dict[str, Task]:
-    """The first task (with at least one pytest F2P test) of each family."""
+    """One task (with at least one pytest F2P test) of each family: within a family, the first of
+    those whose evidence is the rarest kind mined, so the chosen tasks cover every evidence kind
+    that some family alone offers (config: project-files; deps: package-index; the rest reversible)."""
+    eligible = [t for t in tasks if any(not f.startswith("probe::") for f in t.f2p)]
+    counts = Counter(e.kind for t in eligible for e in t.evidence)
     chosen: dict[str, Task] = {}
-    for task in tasks:
-        if any(not t.startswith("probe::") for t in task.f2p):
-            chosen.setdefault(task.family, task)
-    return chosen
+    for task in sorted(eligible, key=lambda t: min((counts[e.kind] for e in t.evidence), default=len(eligible) + 1)):
+        chosen.setdefault(task.family, task)
+    return dict(sorted(chosen.items()))
 
 
 @dataclass(frozen=True)
@@ -342,8 +346,9 @@ def sample_target(itype: InversionType) -> Target:
     Kinds without a hand-written sample (container-only ones) get every `target.attrs.NAME`
     their templates use, so any catalogue type, present or future, can be rendered.
     """
-    text = itype.summary + itype.break_script + itype.fix_script
-    attrs = {name: "644" if name == "mode" else f"sample-{name}" for name in re.findall(r"target\.attrs\.(\w+)", text)}
+    text = itype.summary + itype.break_script + itype.fix_script + "".join(e.kind + e.detail for e in itype.evidence)
+    special = {"mode": "644", "evidence": "package-index"}  # a target's own evidence names a real kind
+    attrs = {name: special.get(name, f"sample-{name}") for name in re.findall(r"target\.attrs\.(\w+)", text)}
     attrs |= {k: v[0] if isinstance(v, list) else v for k, v in itype.preconditions.items()
               if k != "context" and not k.startswith(("min_", "max_"))}
     base = SAMPLE_TARGETS.get(itype.target)

@@ -1,4 +1,5 @@
-"""The catalogue: YAML types load, validate, select and render into syntactically valid bash."""
+"""The catalogue: YAML types load, validate, select and render into syntactically valid bash, and
+every type declares the evidence its fix recovers from, with a fix that carries no copy (rule 8)."""
 
 from __future__ import annotations
 
@@ -12,32 +13,51 @@ import pytest
 from conftest import SAMPLE_TARGETS, sample_target
 
 from miner.catalogue import REPO_DIR, CatalogueError, load_catalogue, render, select_types
+from miner.evidence import EVIDENCE_KINDS, MAX_FIX_LITERAL, decoded_payload, literal_bytes, needs_network
 from miner.models import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_FAMILIES = {"deps", "config", "data", "fs", "env"}  # the families every backend can run
 
 SAMPLE_CONTEXT = {
-    "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "six", "version": "1.17.0",
-    "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "broken_b64": "aGVsbAo=",
-    "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution",
-    "stated_in": ["README.md"], "stated": "README.md states APP_MODE=production",
+    "mode": "644", "size": 40, "dist": "six", "version": "1.17.0",
+    "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "line": 3,
+    "key_line": "port = 8080", "old_line": "port = 8080", "new_line": 'port = "8080"',
+    "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution", "sibling": "conf/other.yaml",
+    "sdist_name": "greeter", "sdist_version": "0.3.0", "stated_in": ["README.md"], "stated": "README.md states APP_MODE=production",
+    "evidence_kind": "project-files",
 }
+# Types that choose between kinds of evidence (a context provider's choice, or the target's own
+# attrs.evidence): every choice is rendered.
+EVIDENCE_CHOICES = [({"evidence_kind": "project-files"}, {"evidence": "package-index"}),
+                    ({"evidence_kind": "published-source"}, {"evidence": "debian-archive"})]
 
 
 GOOD_TYPE = """\
 description: test type
 target: data
+evidence:
+  - kind: reversible
+    detail: "{{ target.path }} was emptied"
 summary: "{{ target.path }} emptied"
 break_script: |
   set -euo pipefail
   : > "$MINER_PROJECT"/{{ target.path | q }}
 fix_script: |
   set -euo pipefail
-  base64 -d > "$MINER_PROJECT"/{{ target.path | q }} <<'B64'
-  {{ original_b64 }}
-  B64
+  echo restored > "$MINER_PROJECT"/{{ target.path | q }}
 """
+
+
+def renderings(itype):
+    """The type rendered for a sample target: every config format, every choice of evidence."""
+    formats = ["ini", "toml", "yaml", "json"] if itype.target == "config" else [None]
+    for fmt in formats:
+        for context, attrs in EVIDENCE_CHOICES:
+            target = sample_target(itype)
+            attrs = {k: v for k, v in attrs.items() if k in target.attrs} | ({"format": fmt} if fmt else {})
+            target = target.model_copy(update={"attrs": {**target.attrs, **attrs}})
+            yield render(itype, target, {**SAMPLE_CONTEXT, **context})
 
 
 def bash_syntax_ok(script: str) -> bool:
@@ -67,12 +87,7 @@ def test_catalogue_has_enough_types_and_families():
 
 def test_every_type_renders_to_valid_bash():
     for itype in load_catalogue().values():
-        formats = ["ini", "toml", "yaml", "json"] if itype.target == "config" else [None]
-        for fmt in formats:
-            target = sample_target(itype)
-            if fmt:
-                target = target.model_copy(update={"attrs": {**target.attrs, "format": fmt}})
-            inversion = render(itype, target, SAMPLE_CONTEXT)
+        for inversion in renderings(itype):
             assert inversion.type_id == itype.id and inversion.family == itype.family
             assert "\n" not in inversion.summary and inversion.summary
             for script in (inversion.break_script, inversion.fix_script):
@@ -81,15 +96,32 @@ def test_every_type_renders_to_valid_bash():
             assert inversion.network_fix == itype.network.get("fix", False)
 
 
-def test_network_flags_follow_index_use():
-    uses_index = re.compile(r"pip (install|download)|apt-get (install|update|download)")
+def test_every_type_declares_evidence_and_its_fix_carries_no_copy():
+    """Rule 8 over the whole catalogue: each rendering names its evidence (known kinds, a detail),
+    and its fix decodes no payload and carries at most a short literal."""
     for itype in load_catalogue().values():
-        for step in ("break", "fix"):
-            needs = bool(uses_index.search(getattr(itype, f"{step}_script")))
-            if needs:
-                assert itype.network.get(step), f"{itype.id}: {step} uses the index without network"
-            elif itype.family in LOCAL_FAMILIES:
-                assert not itype.network.get(step), f"{itype.id}: {step} asks for network it does not use"
+        assert itype.evidence, f"{itype.id} declares no evidence"
+        for inversion in renderings(itype):
+            assert inversion.evidence and all(e.kind in EVIDENCE_KINDS and e.detail for e in inversion.evidence)
+            assert decoded_payload(inversion.fix_script) is None, itype.id
+            assert literal_bytes(inversion.fix_script) <= MAX_FIX_LITERAL, itype.id
+            assert "original_b64" not in itype.fix_script + itype.break_script
+
+
+def test_network_follows_the_evidence_and_index_use():
+    """A fix reaches the index or the archive exactly when its evidence needs the network (the
+    validator gives it the network then); the type's own flag agrees when the kind is fixed."""
+    uses_index = re.compile(r"pip (install|download)|apt-get (install|update|download)|\$APT ")
+    for itype in load_catalogue().values():
+        if uses_index.search(itype.break_script):
+            assert itype.network.get("break"), f"{itype.id}: its break uses the index without network"
+        elif itype.family in LOCAL_FAMILIES:
+            assert not itype.network.get("break"), f"{itype.id}: its break asks for network it does not use"
+        for inversion in renderings(itype):
+            kinds = [e.kind for e in inversion.evidence]
+            assert bool(uses_index.search(inversion.fix_script)) == needs_network(kinds), (itype.id, kinds)
+        if all("{{" not in e.kind for e in itype.evidence):
+            assert itype.network.get("fix", False) == needs_network([e.kind for e in itype.evidence]), itype.id
 
 
 def test_render_missing_context_names_the_type():
@@ -106,7 +138,7 @@ def test_render_refuses_wrong_target_kind():
 def test_shell_quoting_of_names():
     itype = load_catalogue()["env/unset-var"]
     target = Target(kind="envvar", name="APP_MODE", attrs={})
-    inversion = render(itype, target, {"value": "it's $HOME", "stated": "README.md states it"})
+    inversion = render(itype, target, {"value": "it's $HOME", "stated_in": ["README.md"], "stated": "README.md states it"})
     assert bash_syntax_ok(inversion.fix_script)
     assert "'\"'\"'" in inversion.fix_script  # the single quote survives two levels of quoting
 
@@ -141,6 +173,7 @@ def test_extra_dir_adds_and_overrides_types(tmp_path):
     (GOOD_TYPE + "weight: 0\n", "weight"),
     (GOOD_TYPE.replace("emptied", "{{ emptied"), "summary"),
     (GOOD_TYPE + "id: data/other\n", "disagree"),
+    (GOOD_TYPE.replace("kind: reversible", "kind: memory"), "evidence kind"),
 ])
 def test_bad_files_give_errors_naming_the_file(tmp_path, text, reason):
     path = write_type(tmp_path, "data/broken-type", text)

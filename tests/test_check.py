@@ -122,3 +122,28 @@ def test_cli_check_prints_a_table_and_fails_naming_why(exported: dict[str, Path]
     assert "1/2 task(s) pass" in failed.output and "the break does not fail any check" in failed.output
     assert f"ok {read_config(good)['task']['name']}" in failed.output  # the good one, as it finished
     assert "solver's view" in failed.output
+
+
+@pytest.mark.docker
+def test_the_oracle_gets_the_network_only_when_the_task_declares_it(exported: dict[str, Path],
+                                                                     tmp_path: Path) -> None:
+    """An offline task's oracle runs without network: a solve.sh that first fetches from the index
+    fails there and repairs nothing; declared as needing the index, the same task's oracle has the
+    network and passes; the untouched run has none either way."""
+    import tomli_w
+
+    offline = next(folder for folder in exported.values()
+                   if read_config(folder)["metadata"]["repair_network"] == "none")
+    task = copy_task(offline, tmp_path / "fetches-first")
+    solve = task / "solution" / "solve.sh"
+    solve.write_text(solve.read_text().replace(
+        "# --- fix script ---\n",
+        '# --- fix script ---\npip download -q --no-deps six==1.17.0 -d "$(mktemp -d)" || exit 3\n'))
+    (result,) = check_tasks([task])
+    assert result.oracle.reward == 0 and "solve.sh exited 3" in result.oracle.output
+    config = read_config(task)
+    config["metadata"] |= {"repair_network": "allowlist", "allowed_hosts": ["pypi.org", "files.pythonhosted.org"],
+                           "evidence_kinds": ["package-index"]}
+    (task / "task.toml").write_text(tomli_w.dumps(config))
+    (result,) = check_tasks([task])
+    assert result.ok, result.reason

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from miner import __version__
 from miner.cli import main
-from miner.models import Candidate, Inversion, Source, Target, Task, content_id
+from miner.models import Candidate, Evidence, Inversion, Source, Target, Task, content_id
 from miner.store import Store
 
 GREETER = "https://example.org/acme/greeter.git"
@@ -36,6 +36,8 @@ def make_task(n: int, type_id: str, repo: str, f2p: int, p2p: int) -> Task:
         f2p=[f"tests/test_x.py::test_f{i}" for i in range(f2p)],
         p2p=[f"tests/test_x.py::test_p{i}" for i in range(p2p)],
         instruction=f"Importing dist{n} fails; repair the environment.",
+        evidence=[Evidence(kind="reversible", detail="the appended line") if family == "config"
+                  else Evidence(kind="package-index", detail=f"dist{n}==1.0")],
     )
 
 
@@ -91,6 +93,7 @@ def test_tasks_list_json(store_root: Path) -> None:
     assert uninstall["difficulty"] == "medium"
     assert (uninstall["f2p_count"], uninstall["p2p_count"]) == (2, 5)
     assert by_type["config/syntax-error"]["f2p_count"] == 3
+    assert uninstall["evidence"] == [{"kind": "package-index", "detail": "dist1==1.0"}]
 
 
 @pytest.mark.parametrize(
@@ -101,6 +104,12 @@ def test_tasks_list_json(store_root: Path) -> None:
         (["--repo", "tabulate"], {"config/syntax-error"}),
         (["--repo", GREETER, "--type", "deps/wrong-version"], {"deps/wrong-version"}),
         (["--type", "fs"], set()),
+        (["--evidence", "reversible"], {"config/syntax-error"}),
+        (["--evidence", "package-index", "--evidence", "reversible"],
+         {"deps/uninstall", "deps/wrong-version", "config/syntax-error"}),
+        (["--offline"], {"config/syntax-error"}),
+        (["--offline", "--type", "deps"], set()),
+        (["--evidence", "published-source"], set()),
     ],
 )
 def test_tasks_list_filters(store_root: Path, args: list[str], types: set[str]) -> None:
@@ -112,7 +121,7 @@ def test_tasks_list_filters(store_root: Path, args: list[str], types: set[str]) 
 def test_tasks_list_table(store_root: Path) -> None:
     result = run("--store", str(store_root), "tasks", "list", "--type", "deps")
     assert result.exit_code == 0, result.output
-    assert "2 task(s)" in result.output
+    assert "2 task(s)" in result.output and "package-index" in result.output
     assert content_id("cli", GREETER, "deps/uninstall", 1) in result.output
     assert content_id("cli", TABULATE, "config/syntax-error", 3) not in result.output
 
@@ -127,10 +136,11 @@ def test_tasks_show(store_root: Path) -> None:
     assert shown["f2p"] == ["tests/test_x.py::test_f0", "tests/test_x.py::test_f1"]
     assert Path(shown["path"]) == (store_root / "tasks" / task_id).resolve()
     assert shown["files"] == ["break.sh", "fix.sh", "instruction.md", "logs/break.log", "task.json"]
+    assert shown["evidence"] == [{"kind": "package-index", "detail": "dist1==1.0"}]
 
     wide = {"COLUMNS": "300"}  # rich wraps at the terminal width; keep the folder on one line
     text = run("--store", str(store_root), "tasks", "show", task_id, env=wide).output
-    for expected in (task_id, "pip uninstall -y dist1", "pip install dist1",
+    for expected in (task_id, "pip uninstall -y dist1", "pip install dist1", "package-index: dist1==1.0",
                      "Importing dist1 fails", str(store_root.resolve() / "tasks" / task_id)):
         assert expected in text
 
@@ -263,9 +273,9 @@ def test_tables_in_a_pipe_are_tab_separated_and_never_wrap(store_root: Path) -> 
     narrow = {"COLUMNS": "40"}  # what a pipe used to get: rich folded every cell to fit
     lines = run("--store", str(store_root), "tasks", "list", env=narrow).output.splitlines()
     assert lines[0] == "# 3 task(s)"
-    assert lines[1].split("\t") == ["id", "type", "repo", "target", "difficulty", "f2p", "p2p"]
+    assert lines[1].split("\t") == ["id", "type", "repo", "target", "difficulty", "evidence", "f2p", "p2p"]
     rows = [line.split("\t") for line in lines[2:]]
-    assert len(rows) == 3 and all(len(row) == 7 for row in rows)
+    assert len(rows) == 3 and all(len(row) == 8 for row in rows)
     assert {row[0] for row in rows} == {t["id"] for t in json.loads(run("--store", str(store_root), "tasks", "list",
                                                                         "--json").output)}
     assert {row[2] for row in rows} == {GREETER, TABULATE}
@@ -278,11 +288,12 @@ def test_inversions_in_a_pipe_print_whole_descriptions() -> None:
 
     catalogue = load_catalogue()
     lines = run("inversions", env={"COLUMNS": "40"}).output.splitlines()
-    assert lines[1].split("\t") == ["id", "target", "backends", "whole suite", "description"]
+    assert lines[1].split("\t") == ["id", "target", "backends", "whole suite", "evidence", "description"]
     rows = {cells[0]: cells for cells in (line.split("\t") for line in lines[2:])}
     assert set(rows) == set(catalogue)
     for type_id, cells in rows.items():
-        assert cells[4] == " ".join(catalogue[type_id].description.split()), type_id
+        assert cells[5] == " ".join(catalogue[type_id].description.split()), type_id
+    assert (rows["deps/uninstall"][4], rows["config/missing-key"][4]) == ("package-index", "(per target)")
 
 
 def test_a_terminal_gets_rich_tables(store_root: Path) -> None:

@@ -28,8 +28,11 @@ from miner.check import Checker, read_config, read_file
 from miner.cli import main
 from miner.export import ExportOptions, export_tasks, select_tasks
 from miner.export.archive import project_tarball
-from miner.export.common import ExportError, constraints, pytest_args
-from miner.models import HealthyState, Task, content_id
+from miner.evidence import needs_network
+from miner.export.common import ExportError, TaskSource, compose_override, constraints, network_route, pytest_args
+from miner.export.harbor import task_config
+from miner.models import Evidence, HealthyState, Project, Source, Target, Task, content_id
+from miner.sandbox.base import BuildSpec
 from miner.sandbox.docker import images
 from miner.store import Store
 from miner.testing import parse_junit
@@ -112,6 +115,43 @@ def test_options_reject_an_org_harbor_would_refuse() -> None:
     with pytest.raises(ValueError, match="--org"):
         ExportOptions(org="my org")
     assert ExportOptions(org="acme.labs").org == "acme.labs"
+    with pytest.raises(ValueError, match="--network-policy"):
+        ExportOptions(network_policy="open")
+
+
+def evidence_task(*evidence: Evidence) -> TaskSource:
+    source = Source(raw="pypi:greeter==1.0", kind="pypi", location="greeter==1.0")
+    task = Task(id="t" * 16, repo="pypi:greeter", commit="c", source=source, type_id="data/truncate",
+                family="data", target=Target(kind="data", name="d.csv", path="d.csv"), summary="s",
+                break_script="b", fix_script="f", f2p=["t::a"], p2p=["t::b"], evidence=list(evidence))
+    project = Project(source=source, repo="pypi:greeter", commit="c", path=Path("/nonexistent"))
+    return TaskSource(task=task, project=project, spec=BuildSpec(), healthy=None, name="greeter")
+
+
+def test_the_network_a_repair_needs_follows_its_evidence() -> None:
+    """Rule 8 in the exports: the index's hosts for the index or the sdist (pip's forwarded URLs when
+    set), the archive's for the archive, none for evidence inside the environment."""
+    offline = evidence_task(Evidence(kind="reversible", detail="CRLF"))
+    index = evidence_task(Evidence(kind="published-source", detail="greeter==1.0"))
+    both = evidence_task(Evidence(kind="package-index", detail="six==1.17.0"),
+                         Evidence(kind="debian-archive", detail="libffi8=3.4.4-1"))
+    assert network_route(offline.task).hosts == ()
+    assert network_route(index.task).hosts == ("pypi.org", "files.pythonhosted.org")
+    assert network_route(index.task, {"PIP_INDEX_URL": "https://mirror.example/simple"}).hosts == ("mirror.example",)
+    assert network_route(both.task).hosts == ("pypi.org", "files.pythonhosted.org", "deb.debian.org",
+                                              "security.debian.org")
+    assert network_route(evidence_task().task).hosts == ()  # recorded before rule 8: unknown, see below
+    plain = task_config(offline, ExportOptions())
+    assert plain["metadata"]["evidence"] == ["reversible: CRLF"] and plain["metadata"]["repair_network"] == "none"
+    assert "network_mode" not in plain["environment"]
+    harbor = ExportOptions(network_policy="harbor")
+    assert task_config(offline, harbor)["environment"]["network_mode"] == "no-network"
+    online = task_config(both, harbor)
+    assert (online["environment"]["network_mode"], online["metadata"]["allowed_hosts"]) == (
+        "allowlist", online["environment"]["allowed_hosts"])
+    assert task_config(evidence_task(), harbor)["metadata"]["repair_network"] == "unknown"
+    assert "network_mode: none" in compose_override(offline=True)
+    assert "network_mode" not in compose_override()
 
 
 def test_verifier_reads_junit_node_ids_as_miner_testing_does(tmp_path: Path) -> None:
@@ -249,7 +289,15 @@ def test_harbor_layout_and_contents(harbor_export) -> None:
         with tarfile.open(folder / "environment" / "project.tar.gz") as tar:
             names = tar.getnames()
         assert not any("/.git/" in n or n.endswith("/.git") for n in names)
-        assert "cap_drop" in (folder / "environment" / "docker-compose.yaml").read_text()
+        compose = yaml.safe_load((folder / "environment" / "docker-compose.yaml").read_text())
+        assert compose["services"]["main"]["cap_drop"] == ["ALL"]
+        # rule 8: the evidence, and the network only for a repair that needs the index
+        assert meta["evidence"] == [str(e) for e in task.evidence] and meta["evidence_kinds"]
+        online = needs_network(meta["evidence_kinds"])
+        assert (meta["repair_network"], bool(meta["allowed_hosts"])) == (("allowlist", True) if online
+                                                                        else ("none", False))
+        assert compose["services"]["main"].get("network_mode") == (None if online else "none")
+        assert "network_mode" not in config["environment"]  # declared for Harbor only when asked
 
 
 @pytest.mark.docker
@@ -301,6 +349,11 @@ def test_select_tasks_filters(mined_store: Path) -> None:
         assert {t.repo for t in select_tasks(opened, [], repo=repo)} == {repo}
         level = everything[0].difficulty
         assert {t.difficulty for t in select_tasks(opened, [], difficulty=level)} == {level}
+        offline = select_tasks(opened, [], offline=True)
+        assert offline and all(t.evidence and not needs_network([e.kind for e in t.evidence]) for t in offline)
+        assert {t.family for t in select_tasks(opened, [], evidence=["package-index"])} == {"deps"}
+        assert {t.id for t in offline} | {t.id for t in select_tasks(opened, [], evidence=["package-index"])} == \
+            {t.id for t in everything}
 
 
 def copy_store(root: Path, dest: Path) -> Path:
@@ -387,6 +440,9 @@ def test_jsonl_records(mined_store: Path, tmp_path: Path) -> None:
         assert record["problem_statement"] == task.instruction and record["difficulty"] == task.difficulty
         assert record["break_script"] == task.break_script and record["fix_script"] == task.fix_script
         assert "COPY . /sandbox/project/" in record["dockerfile"] and "base64 -d" in record["dockerfile"]
+        assert record["evidence"] == [str(e) for e in task.evidence]
+        assert record["evidence_kinds"] == sorted({e.kind for e in task.evidence})
+        assert bool(record["allowed_hosts"]) == needs_network(record["evidence_kinds"])
 
 
 def test_jsonl_records_to_standard_output(mined_store: Path, tmp_path: Path) -> None:

@@ -38,10 +38,11 @@ def target_for(itype) -> Target:
     base = TARGETS.get(itype.target)
     return base.model_copy(update={"attrs": {**sample.attrs, **base.attrs}}) if base else sample
 CONTEXT = {
-    "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "tabulate", "version": "0.9.0",
-    "value": "en_GB", "bad_version": "0.8.10", "key": "output.width", "broken_b64": "aGVsbAo=",
-    "old_value": "80", "new_value": '"80"', "wrong_value": "en_BG",
-    "stated_in": ["README.md"], "stated": "README.md states REPORT_LOCALE=en_GB",
+    "mode": "644", "size": 40, "dist": "tabulate", "version": "0.9.0",
+    "value": "en_GB", "bad_version": "0.8.10", "key": "output.width", "line": 4, "key_line": "width = 80",
+    "old_line": "width = 80", "new_line": 'width = "80"', "old_value": "80", "new_value": '"80"',
+    "wrong_value": "en_BG", "sibling": "conf/other.ini", "sdist_name": "tabulate", "sdist_version": "0.9.0",
+    "stated_in": ["README.md"], "stated": "README.md states REPORT_LOCALE=en_GB", "evidence_kind": "project-files",
 }
 
 

@@ -3,9 +3,12 @@ type's break and fix scripts run for real against a real virtual environment.
 
 The end-to-end tests build one small world per module with the local backend: a project folder
 with config and data files and a console script, installed with six and iniconfig into the
-sandbox's venv, plus its environment file. Each type's rendered break script runs in a fresh
-fork of that sandbox (never on the host) and must change what it says it changes, and its fix
-script (the oracle) must bring every file of the sandbox back byte for byte.
+sandbox's venv, plus its environment file; its README states the defaults of its settings, as
+real projects do. Each type's rendered break script runs in a fresh fork of that sandbox (never on
+the host) and must change what it says it changes, and its fix script (the oracle), run with the
+network only when its evidence needs it, must bring every file of the sandbox back byte for byte.
+The world is a folder, so it has no published source: the types that need one are recorded as
+unrecoverable there (rule 8), never run.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from miner.catalogue import load_catalogue, select_types
 from miner.inverters.procedural import (
     ProceduralInverter,
     edit_config,
+    line_edit,
     matches,
     older_release,
     retyped,
@@ -38,6 +42,7 @@ from miner.inverters.targets import code_facts, dependency_depths, enumerate_tar
 from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, Distribution, HealthyState, Project, RunResult, Source, Target
 from miner.sandbox.base import BuildSpec, Healthy, Limits, Sandbox
 from miner.sandbox.local import LocalBackend
+from miner.validate import fix_network
 
 CATALOGUE = load_catalogue()
 ENV_VALUES = {"GREETER_MODE": "production", "GREETER_HOME": "/srv/greeter", "UNRELATED": "1"}
@@ -61,7 +66,15 @@ PROJECT_FILES = {
         """,
     "setup.cfg": "[flake8]\nmax-line-length = 120\n",
     "tox.ini": "[tox]\nenvlist = py311\n",
-    "README.md": "# greeter\n\nSee words.csv. Set `GREETER_MODE` (`production` by default).\n",
+    "README.md": """\
+        # greeter
+
+        See words.csv. The defaults of conf/ and of the environment:
+
+            port = 8080        # where the server listens
+            GREETER_MODE=production
+            GREETER_HOME=/srv/greeter
+        """,
     ".env.example": "GREETER_HOME=/srv/greeter\n",
     "greeter/__init__.py": """\
         import json
@@ -349,7 +362,7 @@ def test_delete_key_keeps_the_rest(rel, path):
 
 @pytest.mark.parametrize("fmt, value, new", [
     ("yaml", 8080, "8080"), ("json", False, "false"), ("toml", ["a", "b"], "a,b"), ("yaml", "greeter", ["greeter"]),
-    ("ini", "8080", "8080.5"), ("ini", "no", "maybe"), ("ini", "1.5", "1.5%"), ("ini", "greeter", None),
+    ("ini", "8080", "8080.5"), ("ini", "no", '"no"'), ("ini", "1.5", "1.5%"), ("ini", "greeter", None),
     ("json", {"a": 1}, None),
 ])
 def test_retyped_values(fmt, value, new):
@@ -365,6 +378,16 @@ def test_retype_edits_one_line_and_parses():
                          value="false")
     assert yaml.safe_load(edited)["server"]["debug"] == "false"
     assert edited.startswith("# greeter settings\n")
+
+
+def test_line_edits_are_one_line_or_nothing():
+    text = "a = 1\nb = 2\nc = 3\n"
+    assert line_edit(text, "a = 1\nc = 3\n") == (2, "b = 2", None)
+    assert line_edit(text, "a = 1\nb = 2\n") == (3, "c = 3", None)
+    assert line_edit(text, "a = 1\nb = '2'\nc = 3\n") == (2, "b = 2", "b = '2'")
+    assert line_edit(text, "a = 1\nb = '2'\nc = '3'\n") is None  # two lines
+    assert line_edit(text, "c = 3\n") is None
+    assert line_edit(text.replace("\n", "\r\n"), "a = 1\r\nc = 3\r\n") is None  # CRLF: never edited
 
 
 def test_older_release_and_wrong_values():
@@ -406,9 +429,10 @@ def test_stated_value_is_where_the_project_says_it(world, tmp_path):
 
 def test_env_types_need_a_stated_value(world):
     target = Target(kind="envvar", name="UNRELATED", attrs={"value": "1", "value_kind": "int"})
-    for type_id in ("env/unset-var", "env/wrong-var"):
-        assert ProceduralInverter([CATALOGUE[type_id]]).apply(world.project, world.healthy, target,
-                                                             CATALOGUE[type_id]) is None
+    for type_id in ("env/unset-var", "env/wrong-var"):  # no statement: an unrecoverable pair, recorded, never run
+        unstated = ProceduralInverter([CATALOGUE[type_id]]).apply(world.project, world.healthy, target,
+                                                                 CATALOGUE[type_id])
+        assert unstated.evidence == [] and "no project file states UNRELATED=1" in unstated.no_evidence
     stated = by_key(world)["envvar:GREETER_MODE"]
     inversion = ProceduralInverter([CATALOGUE["env/wrong-var"]]).apply(world.project, world.healthy, stated,
                                                                       CATALOGUE["env/wrong-var"])
@@ -442,8 +466,10 @@ def test_small_budget_spreads_over_families(world):
     inverter = ProceduralInverter(no_index_types(), seed=3)
     everything = inverter.candidates(world.project, world.healthy)
     five = ProceduralInverter(no_index_types(), seed=3).candidates(world.project, world.healthy, budget=5)
-    assert order(five) == order(everything)[:5]
-    assert {i.family for i in five} == {"deps", "config", "data", "fs", "env"}
+    assert order(five) == order(everything)[:len(five)]
+    runnable = [i for i in five if not i.no_evidence]  # unrecoverable pairs are kept but take no budget
+    assert len(runnable) == 5
+    assert {i.family for i in runnable} == {"deps", "config", "data", "fs", "env"}
 
 
 def test_given_targets_keep_their_order(world):
@@ -469,6 +495,32 @@ def test_config_context_prefers_keys_the_code_names(world):
     inversion = ProceduralInverter([CATALOGUE["config/missing-key"]]).apply(
         world.project, world.healthy, target, CATALOGUE["config/missing-key"])
     assert "key port " in inversion.summary  # "port" is the only key greeter's code names
+    [evidence] = inversion.evidence  # README.md and the other configs state it
+    assert evidence.kind == "project-files" and evidence.detail.startswith("README.md, conf/app.ini")
+    assert evidence.detail.endswith("state(s) port = 8080")
+
+
+def test_a_pair_without_evidence_is_kept_as_unrecoverable(world):
+    """The world is a folder (no published source): a deleted data file cannot be recovered, so the
+    pair comes back with no evidence and no scripts, to be recorded (never run); a config key no
+    project file states is unrecoverable too, while a stated one is not."""
+    targets = by_key(world)
+    deleted = ProceduralInverter([CATALOGUE["fs/deleted"]]).apply(
+        world.project, world.healthy, targets["data:data/words.csv"], CATALOGUE["fs/deleted"])
+    assert deleted.evidence == [] and deleted.break_script == deleted.fix_script == ""
+    assert "local source has no published source" in deleted.no_evidence
+    settings = targets["config:conf/settings.yaml"]
+    keys = ProceduralInverter([CATALOGUE["config/missing-key"]]).context(
+        world.project, world.healthy, settings, CATALOGUE["config/missing-key"])
+    assert keys["key"] == "server.port" and "README.md" in keys["stated_in"]
+    unstated = settings.model_copy(update={"name": "conf/other.yaml", "path": "conf/other.yaml"})
+    (world.root / "conf" / "other.yaml").write_text("mode: fast\nlevel: 3\n")
+    try:
+        other = ProceduralInverter([CATALOGUE["config/missing-key"]]).apply(
+            world.project, world.healthy, unstated, CATALOGUE["config/missing-key"])
+    finally:
+        (world.root / "conf" / "other.yaml").unlink()
+    assert other.evidence == [] and "no project file but conf/other.yaml states" in other.no_evidence
 
 
 # ---------------------------------------------------------------- break and fix, for real
@@ -602,6 +654,10 @@ def test_break_then_fix_restores_every_byte(world, box, type_id, name):
     inverter = ProceduralInverter([itype], seed=0)
     inversion = inverter.apply(world.project, world.healthy, target, itype)
     assert inversion is not None, f"no context for {type_id} on {target.key}"
+    if "published-source" in {e.kind for e in itype.evidence}:  # a folder has none: rule 8
+        assert inversion.no_evidence and not inversion.evidence
+        return
+    assert inversion.evidence and not inversion.no_evidence, inversion.no_evidence
     context = inverter.context(world.project, world.healthy, target, itype)
 
     if target.kind == "module":
@@ -614,7 +670,7 @@ def test_break_then_fix_restores_every_byte(world, box, type_id, name):
     no_copy_left(world.files, broken)
     for rel in world.healthy.protected:  # rule 3
         assert broken[f"{PROJECT_DIR}/{rel}"] == world.files[f"{PROJECT_DIR}/{rel}"]
-    fixed = box.run(inversion.fix_script, network=bool(itype.network.get("fix")), timeout=300)
+    fixed = box.run(inversion.fix_script, network=fix_network(inversion), timeout=300)
     assert fixed.exit_code == 0, fixed.output
     after = snapshot(box)
     assert {p: h for p, h in after.items() if h != world.files.get(p)} == {}

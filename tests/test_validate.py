@@ -2,9 +2,12 @@
 
 The inversions run against inventory-app as the session crawl built and measured it (its
 healthy sandbox and recorded healthy state are reused, nothing is mocked): a break that fails,
-one that edits protected code, one that breaks nothing, one that kills the whole suite, one
-that leaves a backup of what it corrupted, a fix that does nothing, and a break whose effect
-is random. A correct break with a correct fix is validated, as the control.
+one that edits protected code, one that edits the tests' data, one that breaks nothing, one that
+kills the whole suite, one that leaves a backup of what it corrupted, a fix that does nothing, a
+break whose effect is random, and the rule-8 refusals (no evidence, a fix that carries a large
+literal or decodes a payload, a fix that needs the network its evidence does not give it). A
+correct break with a fix that recovers from its evidence is validated, as the control; and the
+procedural inverter's candidates are validated with each evidence kind a folder can have.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+from miner.catalogue import load_catalogue
+from miner.evidence import MAX_FIX_LITERAL
 from miner.install import build_spec
-from miner.models import Candidate, Inversion, Target
+from miner.inverters.procedural import ProceduralInverter
+from miner.inverters.targets import enumerate_targets
+from miner.models import Candidate, Evidence, Inversion, Project, Target
 from miner.sandbox.local import LocalBackend
 from miner.sources import fetch, parse_source
 from miner.store import Store
@@ -26,13 +33,24 @@ from miner.validate import Context, healthy_manifest, validate
 
 DATA = "inventory/data/products.csv"
 KILL_PTH = '"$MINER_SITE_PACKAGES/zz-miner-test-kill.pth"'
+REVERSIBLE = [Evidence(kind="reversible", detail="written by hand: the break shows the way back")]
+# A reversible break of the data file and the fix its evidence gives: the file re-encoded as UTF-16
+# (the code reads UTF-8), and iconv back.
+REENCODE = f'F="$MINER_PROJECT/{DATA}"\nT="$(mktemp)"\niconv -f UTF-8 -t UTF-16 "$F" > "$T"\ncat "$T" > "$F"'
+DECODE = f'F="$MINER_PROJECT/{DATA}"\nT="$(mktemp)"\niconv -f UTF-16 -t UTF-8 "$F" > "$T"\ncat "$T" > "$F"'
+UNREADABLE, READABLE = f'chmod 000 "$MINER_PROJECT/{DATA}"', f'chmod 644 "$MINER_PROJECT/{DATA}"'
 
 
 @pytest.fixture(scope="module")
-def ctx(mined_store: Path) -> Context:
+def project(mined_store: Path) -> Project:
+    store = Store(mined_store, create=False)
+    return fetch(parse_source(str(FIXTURES / "inventory-app"), FIXTURES), store.cache_root / "sources")
+
+
+@pytest.fixture(scope="module")
+def ctx(mined_store: Path, project: Project) -> Context:
     """inventory-app's healthy sandbox and state, as the session crawl left them."""
     store = Store(mined_store, create=False)
-    project = fetch(parse_source(str(FIXTURES / "inventory-app"), FIXTURES), store.cache_root / "sources")
     state = store.healthy(project.key)
     assert state is not None and len(state.passing) > 2
     backend = LocalBackend()
@@ -40,16 +58,18 @@ def ctx(mined_store: Path) -> Context:
     return Context(backend, env, state, healthy_manifest(backend, env), timeout=300)
 
 
-def inversion(break_script: str, fix_script: str = "true", type_id: str = "data/truncate") -> Inversion:
+def inversion(break_script: str, fix_script: str = "true", type_id: str = "data/truncate",
+              evidence: list[Evidence] | None = None) -> Inversion:
     family = type_id.split("/")[0]
     return Inversion(type_id=type_id, family=family, target=Target(kind="data", name=DATA, path=DATA),
                      break_script=f"set -euo pipefail\n{break_script}\n",
                      fix_script=f"set -euo pipefail\n{fix_script}\n",
-                     summary="written by hand for a validator test")
+                     summary="written by hand for a validator test",
+                     evidence=REVERSIBLE if evidence is None else evidence)
 
 
 def restore_data() -> str:
-    """A fix that embeds the original data file (a fix must not rely on a copy in the sandbox)."""
+    """A fix that embeds the original data file: a copy of the answer, which rule 8 refuses."""
     original = base64.encodebytes((FIXTURES / "inventory-app" / DATA).read_bytes()).decode()
     return f"base64 -d > \"$MINER_PROJECT/{DATA}\" <<'B64'\n{original}B64"
 
@@ -70,6 +90,14 @@ def test_a_break_that_edits_protected_code_is_rejected(ctx: Context) -> None:
     assert "inventory/money.py" in candidate.detail
 
 
+def test_a_break_that_edits_the_tests_data_is_rejected_under_rule_7(ctx: Context) -> None:
+    """The tests are the judge: their data changed is its own rule, not protected-changed."""
+    expected = "tests/data/expected_value_report.txt"
+    candidate = validate(ctx, inversion(f'printf "x\\n" >> "$MINER_PROJECT/{expected}"'))
+    rejected(candidate, "test-tree-changed")
+    assert expected in candidate.detail and "inventory/" not in candidate.detail
+
+
 def test_a_break_that_breaks_nothing_is_rejected(ctx: Context) -> None:
     rejected(validate(ctx, inversion("touch /sandbox/home/harmless")), "no-f2p")
 
@@ -84,18 +112,17 @@ def test_a_break_that_kills_the_whole_suite_is_kept_only_as_its_own_kind(ctx: Co
 
 
 def test_a_backup_of_the_corrupted_file_is_an_answer_leak(ctx: Context) -> None:
-    corrupt = f'F="$MINER_PROJECT/{DATA}"\ncp "$F" /sandbox/home/backup.csv\nprintf "sku,name\\n\\xff\\xfe" > "$F"'
-    candidate = validate(ctx, inversion(corrupt, restore_data(), "data/corrupt-bytes"))
+    corrupt = f'cp "$MINER_PROJECT/{DATA}" /sandbox/home/backup.csv\n{REENCODE}'
+    candidate = validate(ctx, inversion(corrupt, DECODE, "data/wrong-encoding"))
     rejected(candidate, "answer-leaked")
     assert "/sandbox/home/backup.csv" in candidate.detail and DATA in candidate.detail
 
 
 def test_a_fix_that_does_nothing_is_rejected_and_a_real_fix_is_validated(ctx: Context) -> None:
-    corrupt = f'printf "sku,name\\n\\xff\\xfe" > "$MINER_PROJECT/{DATA}"'
-    failed = validate(ctx, inversion(corrupt, "true", "data/corrupt-bytes"))
+    failed = validate(ctx, inversion(REENCODE, "true", "data/wrong-encoding"))
     rejected(failed, "fix-failed")
     assert "still fail after the fix" in failed.detail
-    good = validate(ctx, inversion(corrupt, restore_data(), "data/corrupt-bytes"))
+    good = validate(ctx, inversion(REENCODE, DECODE, "data/wrong-encoding"))
     assert good.status == "validated", good.detail
     for state in ("broken", "fixed"):  # the solver's view was checked in both shells
         assert "$ login (as root" in good.logs[f"solver-view-{state}"]
@@ -138,15 +165,77 @@ def test_a_symptom_the_solvers_login_shell_does_not_show_is_rejected(ctx: Contex
 def test_a_second_break_with_the_same_family_and_f2p_is_a_duplicate_symptom(ctx: Context) -> None:
     """Two breaks of one data file that fail the same tests are one problem: the second is refused
     (before its fix runs), unless the crawl keeps more per symptom."""
-    corrupt = f'printf "sku,name\\n\\xff\\xfe" > "$MINER_PROJECT/{DATA}"'
-    first = validate(ctx, inversion(corrupt, restore_data(), "data/corrupt-bytes"))
+    first = validate(ctx, inversion(REENCODE, DECODE, "data/wrong-encoding"))
     assert first.status == "validated", first.detail
     seen = {("data", frozenset(first.f2p)): 1}
-    again = f'printf "sku,name\\n\\xfe\\xff" > "$MINER_PROJECT/{DATA}"'  # the same damage, other bytes
-    second = validate(replace(ctx, symptoms=seen), inversion(again, restore_data(), "data/truncate"))
+    # the same damage another way: the file unreadable, so its reader fails as it did
+    second = validate(replace(ctx, symptoms=seen), inversion(UNREADABLE, READABLE, "data/truncate"))
     rejected(second, "duplicate-symptom")
     assert "fix" not in second.logs  # decided before the fix ran
-    other_family = validate(replace(ctx, symptoms=seen), inversion(again, restore_data(), "fs/deleted"))
+    other_family = validate(replace(ctx, symptoms=seen), inversion(UNREADABLE, READABLE, "fs/unreadable"))
     assert other_family.status == "validated", other_family.detail
-    kept = validate(replace(ctx, symptoms=seen, per_symptom=2), inversion(again, restore_data(), "data/truncate"))
+    kept = validate(replace(ctx, symptoms=seen, per_symptom=2), inversion(UNREADABLE, READABLE, "data/truncate"))
     assert kept.status == "validated", kept.detail
+
+
+# -- rule 8: recoverable ----------------------------------------------------------------------------
+
+
+def test_an_inversion_without_evidence_is_unrecoverable_before_anything_runs(ctx: Context) -> None:
+    candidate = validate(ctx, inversion(REENCODE, DECODE, "data/wrong-encoding", evidence=[]))
+    rejected(candidate, "unrecoverable")
+    assert candidate.detail.startswith("no evidence") and candidate.logs == {} and candidate.suite_runs == 0
+    unrun = inversion("", "", evidence=[]).model_copy(update={"no_evidence": "a folder has no published source"})
+    assert validate(ctx, unrun).detail == "no evidence: a folder has no published source"
+
+
+def test_a_fix_that_carries_a_copy_of_the_answer_is_unrecoverable(ctx: Context) -> None:
+    """The embedded original is refused as a decoded payload; the same file as plain text in a
+    heredoc, as more than a short literal (with the byte count); neither ever runs."""
+    payload = validate(ctx, inversion(REENCODE, restore_data(), "data/wrong-encoding"))
+    rejected(payload, "unrecoverable")
+    assert "decodes a payload" in payload.detail and "base64 -d" in payload.detail and payload.logs == {}
+    text = (FIXTURES / "inventory-app" / DATA).read_text()
+    text += text.split("\n", 1)[1]  # its rows twice: more than a short literal
+    assert len(text) > MAX_FIX_LITERAL
+    heredoc = validate(ctx, inversion(REENCODE, f"cat > \"$MINER_PROJECT/{DATA}\" <<'CSV'\n{text}CSV",
+                                      "data/wrong-encoding"))
+    rejected(heredoc, "unrecoverable")
+    assert f"carries {len(text)} bytes of literal data (at most {MAX_FIX_LITERAL})" in heredoc.detail
+
+
+def test_a_fix_gets_the_network_only_when_its_evidence_needs_it(ctx: Context) -> None:
+    """The same fix, which fetches from the package index: refused the network as reversible,
+    given it as package-index."""
+    fetch_then_fix = f'"$MINER_PYTHON" -m pip download -q --no-deps six==1.17.0 -d "$(mktemp -d)"\n{READABLE}'
+    offline = validate(ctx, inversion(UNREADABLE, fetch_then_fix, "fs/unreadable"))
+    rejected(offline, "fix-failed")
+    assert "fix script exited" in offline.detail
+    index = [Evidence(kind="package-index", detail="six==1.17.0")]
+    online = validate(ctx, inversion(UNREADABLE, fetch_then_fix, "fs/unreadable", evidence=index))
+    assert online.status == "validated", online.detail
+
+
+@pytest.mark.parametrize("type_id, target_key, kind", [
+    ("config/missing-key", "config:config.yaml", "project-files"),
+    ("config/wrong-type", "config:settings.ini", "reversible"),
+    ("deps/corrupt-module", "module:yaml", "package-index"),
+])
+def test_catalogue_candidates_are_validated_with_their_evidence(ctx: Context, project: Project, type_id: str,
+                                                                target_key: str, kind: str) -> None:
+    """The procedural inverter's own candidates on inventory-app: the README states config.yaml's
+    values, settings.ini's retyped value shows the old one, the index holds PyYAML."""
+    itype = load_catalogue()[type_id]
+    target = {t.key: t for t in enumerate_targets(project, ctx.state)}[target_key]
+    inv = ProceduralInverter([itype]).apply(project, ctx.state, target, itype)
+    assert inv is not None and [e.kind for e in inv.evidence] == [kind], inv.no_evidence if inv else None
+    candidate = validate(ctx, inv)
+    assert candidate.status == "validated", (candidate.rule, candidate.detail)
+
+
+def test_a_folder_has_no_published_source_so_a_deleted_file_is_unrecoverable(ctx: Context, project: Project) -> None:
+    itype = load_catalogue()["fs/deleted"]
+    target = {t.key: t for t in enumerate_targets(project, ctx.state)}[f"data:{DATA}"]
+    candidate = validate(ctx, ProceduralInverter([itype]).apply(project, ctx.state, target, itype))
+    rejected(candidate, "unrecoverable")
+    assert "local source has no published source" in candidate.detail and candidate.logs == {}

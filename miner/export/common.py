@@ -17,6 +17,10 @@ script, environment file and variables):
     tests/                test.sh and verifier.py (see miner/assets/verifier.py), the guard,
                           probe.py, spec.json, manifest.json and originals/ (the test files)
 
+Rule 8's evidence travels with every task (`evidence_metadata`), and so does the route its repair
+needs (`network_route`): no network at all, or the hosts of the package index (pip's, as the image
+is configured) and of the Debian archive. Each format declares both in its own way.
+
 The healthy manifest (manifest.json) is measured once per project: the "healthy" stage is built
 in the local Docker engine and the verifier's --collect mode runs in it. Everything written is
 deterministic, so exporting twice gives byte-identical folders.
@@ -35,8 +39,10 @@ import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
 
 from miner import __version__
+from miner.evidence import NETWORK_EVIDENCE
 from miner.export.archive import walk
 from miner.export.dockerized import (
     CONTEXT_ROOT,
@@ -57,6 +63,10 @@ BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: buil
 TEST_DIR_NAMES = {"test", "tests", "testing"}
 PYTEST_LAUNCHERS = ({"python", "python3"}, {"pytest", "py.test"})
 MANIFEST_TIMEOUT = 600
+INDEX_HOSTS = ("pypi.org", "files.pythonhosted.org")  # pip's default index and where it serves files
+ARCHIVE_HOSTS = ("deb.debian.org", "security.debian.org")  # the Debian archive of the images
+PIP_URL_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_PROXY")
+NETWORK_POLICIES = ("compose", "harbor")
 
 
 class ExportError(Exception):
@@ -75,10 +85,17 @@ class ExportOptions:
     storage_mb: int = 10240
     build_timeout_sec: float = 1200.0
     cache_dir: Path | None = None  # fetched sources and healthy manifests (default: the store's cache/)
+    # Where a Harbor task declares the network its repair needs (see miner.export.harbor):
+    # "compose" in its docker-compose.yaml (what Harbor's docker environment enforces as it is),
+    # "harbor" also as [environment] network_mode / allowed_hosts (needs Harbor's egress control).
+    network_policy: str = "compose"
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]*", self.org) or ".." in self.org:
             raise ValueError(f"--org must look like a package owner (letters, digits, . _ -), not {self.org!r}")
+        if self.network_policy not in NETWORK_POLICIES:
+            raise ValueError(f"--network-policy must be one of {', '.join(NETWORK_POLICIES)}, "
+                             f"not {self.network_policy!r}")
 
 
 @dataclass
@@ -116,6 +133,49 @@ def verifier_timeout(task: Task) -> float:
 
 def agent_timeout(task: Task) -> float:
     return float(max(900, 60 * round((30 * task.suite_seconds + 600) / 60)))
+
+
+# -- evidence and the network the repair needs (rule 8) ------------------------------------------------
+
+
+def evidence_metadata(task: Task) -> dict:
+    """What every format records of a task's evidence: the kinds and where, one line each."""
+    return {"evidence_kinds": sorted({e.kind for e in task.evidence}), "evidence": [str(e) for e in task.evidence]}
+
+
+@dataclass(frozen=True)
+class NetworkRoute:
+    """What a repair of the task must reach: nothing (hosts empty), or the index's and the archive's hosts."""
+
+    hosts: tuple[str, ...] = ()
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.hosts)
+
+
+def _url_hosts(env: dict[str, str]) -> list[str]:
+    hosts = []
+    for name in PIP_URL_VARIABLES:
+        for url in env.get(name, "").split():
+            host = urlsplit(url).hostname
+            if host and host not in hosts:
+                hosts.append(host)
+    return hosts
+
+
+def network_route(task: Task, pip_env: dict[str, str] | None = None) -> NetworkRoute:
+    """The hosts the task's repair needs, from its evidence: the package index pip uses in the image
+    (its default, or the forwarded PIP_* URLs) for package-index and published-source, the Debian
+    archive for debian-archive; none for the rest (and for a task recorded without evidence)."""
+    kinds = {e.kind for e in task.evidence} & NETWORK_EVIDENCE
+    hosts: list[str] = []
+    if kinds & {"package-index", "published-source"}:
+        env = pip_env or {}
+        hosts += ([] if env.get("PIP_INDEX_URL") else list(INDEX_HOSTS)) + _url_hosts(env)
+    if "debian-archive" in kinds:
+        hosts += [h for h in ARCHIVE_HOSTS if h not in hosts]
+    return NetworkRoute(tuple(dict.fromkeys(hosts)))
 
 
 # -- the build context ------------------------------------------------------------------------------
@@ -453,14 +513,16 @@ def verifier_files(ts: TaskSource, manifest: dict) -> dict[str, bytes]:
 COMPOSE_OVERRIDE = """\
 # miner: the agent and the verifier run like the sandboxes that validated this task did:
 # as root but with every capability dropped and no way to gain privileges (so, for one, a
-# file with mode 000 is unreadable even to root).
+# file with mode 000 is unreadable even to root).{network_note}
 services:
   {service}:
     cap_drop:
       - ALL
     security_opt:
-      - no-new-privileges:true
+      - no-new-privileges:true{network}
 """
+OFFLINE_NOTE = """
+# The repair needs nothing from the network (its evidence is in the environment): none is given."""
 
 
 def solver_view_file(ts: TaskSource, manifest: dict) -> dict[str, bytes]:
@@ -476,8 +538,11 @@ def solver_view_file(ts: TaskSource, manifest: dict) -> dict[str, bytes]:
     return {"solver_view.json": json.dumps(data, indent=1, sort_keys=True).encode()}
 
 
-def compose_override(service: str = "main") -> str:
-    return COMPOSE_OVERRIDE.format(service=service)
+def compose_override(service: str = "main", offline: bool = False) -> str:
+    """The compose file of a task's main service; `offline` cuts its network (a repair from evidence
+    inside the environment needs none, and Docker Compose enforces it wherever the file is used)."""
+    return COMPOSE_OVERRIDE.format(service=service, network_note=OFFLINE_NOTE if offline else "",
+                                   network="\n    network_mode: none" if offline else "")
 
 
 def instruction(ts: TaskSource) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from miner.evidence import evidence_filter
 from miner.export.common import (
     ExportError,
     ExportOptions,
@@ -30,12 +31,16 @@ from miner.models import Task
 
 
 def select_tasks(store, types: Iterable[str] = (), repo: str | None = None,
-                 difficulty: str | None = None, limit: int | None = None) -> list[Task]:
-    """Stored tasks matching any of the types (exact id or family), the repo and difficulty; oldest first."""
+                 difficulty: str | None = None, limit: int | None = None, evidence: Iterable[str] = (),
+                 offline: bool = False) -> list[Task]:
+    """Stored tasks matching any of the types (exact id or family), the repo and difficulty, naming one
+    of the evidence kinds (when given) and, with `offline`, repairable without network; oldest first."""
     chosen: dict[str, Task] = {}
+    keep = evidence_filter(evidence, offline)
     for type_spec in list(types) or [None]:
         for task in store.list_tasks(type_spec, repo=repo, difficulty=difficulty):
-            chosen.setdefault(task.id, task)
+            if keep(task):
+                chosen.setdefault(task.id, task)
     ordered = sorted(chosen.values(), key=lambda t: (t.created, t.id))
     return ordered[:limit] if limit is not None else ordered
 

@@ -1,14 +1,24 @@
 """Harbor (Terminal-Bench 2.0) task folders.
 
     <out>/<name>/
-      task.toml             [task] ORG/NAME, [metadata], [verifier]/[agent] timeouts, [environment]
+      task.toml             [task] ORG/NAME, [metadata] (with the evidence and the network the repair
+                            needs), [verifier]/[agent] timeouts, [environment]
       instruction.md        the symptom-based instruction (no answer in it)
       environment/          Dockerfile + build context (see miner.export.common), and a
-                            docker-compose.yaml dropping every capability of the container
+                            docker-compose.yaml dropping every capability of the container (and
+                            its network, when the repair's evidence is all inside the environment)
       tests/test.sh         writes /logs/verifier/reward.txt: 0 first, 1 only when verifier.py agrees
       tests/...             verifier.py, verifier_pytest.py, probe.py, spec.json, manifest.json, originals/,
                             solver_view.json (the instruction's command as `miner check` runs it)
       solution/solve.sh     the validated fix script
+
+The network, rule 8: a task whose repair needs the package index or the Debian archive keeps the
+network and lists the hosts in [metadata] allowed_hosts; any other task runs with none
+(`network_mode: none` in its compose file, which Harbor's docker environment honours as it is).
+With ExportOptions.network_policy "harbor" the task also declares it as Harbor's policy,
+[environment] network_mode "no-network", or "allowlist" with allowed_hosts; Harbor 0.25's docker
+environment enforces those only through its egress-control sidecar (built from an image on Docker
+Hub), and refuses the task where that cannot run, so it is not the default.
 
 Registered as the format "harbor" (miner.export.registry).
 """
@@ -29,8 +39,10 @@ from miner.export.common import (
     compose_override,
     dockerfile,
     environment_files,
+    evidence_metadata,
     healthy_stage,
     instruction,
+    network_route,
     pytest_args,
     solve_script,
     solver_view_file,
@@ -47,10 +59,35 @@ def task_name(ts: TaskSource, options: ExportOptions) -> str:
     return f"{options.org}/{ts.name}"
 
 
-def task_config(ts: TaskSource, options: ExportOptions) -> dict:
+def offline(ts: TaskSource, pip_env: dict[str, str]) -> bool:
+    """The task's repair needs no network (a task recorded without evidence keeps it, as before rule 8)."""
+    return bool(ts.task.evidence) and not network_route(ts.task, pip_env).needed
+
+
+def network_policy(ts: TaskSource, pip_env: dict[str, str]) -> dict:
+    """Harbor's [environment] network settings for the task's repair (rule 8)."""
+    route = network_route(ts.task, pip_env)
+    if offline(ts, pip_env):
+        return {"network_mode": "no-network"}
+    if route.needed:
+        return {"network_mode": "allowlist", "allowed_hosts": list(route.hosts)}
+    return {}
+
+
+def task_config(ts: TaskSource, options: ExportOptions, pip_env: dict[str, str] | None = None) -> dict:
     """The task.toml table: Harbor's TaskConfig fields plus free-form metadata."""
     task = ts.task
     project = ts.project.source.name
+    pip_env = pip_env or {}
+    route = network_route(task, pip_env)
+    environment = {
+        "build_timeout_sec": options.build_timeout_sec,
+        "cpus": options.cpus,
+        "memory_mb": options.memory_mb,
+        "storage_mb": options.storage_mb,
+    }
+    if options.network_policy == "harbor":
+        environment |= network_policy(ts, pip_env)
     return {
         "schema_version": SCHEMA_VERSION,
         "task": {
@@ -77,15 +114,13 @@ def task_config(ts: TaskSource, options: ExportOptions) -> dict:
             "miner_version": __version__,
             "miner_task_id": task.id,
             "mined_with_backend": task.backend,
+            **evidence_metadata(task),
+            "repair_network": "none" if offline(ts, pip_env) else "allowlist" if route.needed else "unknown",
+            "allowed_hosts": list(route.hosts),
         },
         "verifier": {"timeout_sec": verifier_timeout(task)},
         "agent": {"timeout_sec": agent_timeout(task)},
-        "environment": {
-            "build_timeout_sec": options.build_timeout_sec,
-            "cpus": options.cpus,
-            "memory_mb": options.memory_mb,
-            "storage_mb": options.storage_mb,
-        },
+        "environment": environment,
     }
 
 
@@ -96,10 +131,10 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
     files: dict[str, bytes] = {
-        "task.toml": tomli_w.dumps(task_config(ts, options)).encode(),
+        "task.toml": tomli_w.dumps(task_config(ts, options, pip.env)).encode(),
         "instruction.md": instruction(ts).encode(),
         "environment/Dockerfile": dockerfile(ts, options.base_image, pip).encode(),
-        "environment/docker-compose.yaml": compose_override("main").encode(),
+        "environment/docker-compose.yaml": compose_override("main", offline=offline(ts, pip.env)).encode(),
         "tests/test.sh": test_script(ts, manifest).encode(),
         "solution/solve.sh": solve_script(ts.task).encode(),
     }

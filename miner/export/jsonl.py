@@ -3,7 +3,9 @@
 Fields: instance_id, repo, base_commit, environment_setup_commit, FAIL_TO_PASS, PASS_TO_PASS
 (JSON-encoded lists, as in the SWE-bench datasets), problem_statement, hints_text, created_at,
 version, plus miner's own: inversion_type, inversion_family, target, difficulty,
-difficulty_score, dockerfile, break_script, fix_script, test_command, probes, summary.
+difficulty_score, dockerfile, break_script, fix_script, test_command, probes, summary, and rule 8's
+evidence_kinds, evidence (one "kind: detail" line each) and allowed_hosts (what the repair must
+reach: the package index pip's defaults name, the Debian archive; empty for an offline repair).
 
 `dockerfile` builds the broken environment with a checkout of repo@base_commit as its build
 context: the install and break scripts are embedded in it (base64), nothing else is needed.
@@ -18,7 +20,16 @@ import uuid
 from pathlib import Path
 
 from miner import __version__
-from miner.export.common import ENV_FILE, ExportOptions, PipForwarding, TaskSource, final_lines, healthy_stage
+from miner.export.common import (
+    ENV_FILE,
+    ExportOptions,
+    PipForwarding,
+    TaskSource,
+    evidence_metadata,
+    final_lines,
+    healthy_stage,
+    network_route,
+)
 from miner.export.registry import RecordsFormat, register
 from miner.sandbox.docker.layout import break_dockerfile
 
@@ -60,6 +71,8 @@ def task_record(ts: TaskSource, options: ExportOptions) -> dict:
         "dockerfile": checkout_dockerfile(ts, options),
         "break_script": task.break_script,
         "fix_script": task.fix_script,
+        **evidence_metadata(task),
+        "allowed_hosts": list(network_route(task).hosts),  # the record's Dockerfile uses pip's defaults
     }
 
 

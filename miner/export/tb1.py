@@ -29,8 +29,10 @@ from miner.export.common import (
     agent_timeout,
     dockerfile,
     environment_files,
+    evidence_metadata,
     healthy_stage,
     instruction,
+    network_route,
     pytest_args,
     solve_script,
     test_script,
@@ -72,7 +74,8 @@ SUMMARY_FAILED = (
 )
 
 
-def task_yaml(ts: TaskSource) -> str:
+def task_yaml(ts: TaskSource, pip_env: dict[str, str] | None = None) -> str:
+    """task.yaml: TB1's fields, plus the evidence and the hosts the repair needs (TB1 ignores extra keys)."""
     task = ts.task
     expert, junior = ESTIMATES.get(task.difficulty, ESTIMATES["medium"])
     data = {
@@ -88,6 +91,8 @@ def task_yaml(ts: TaskSource) -> str:
         "run_tests_in_same_shell": False,
         "expert_time_estimate_min": expert,
         "junior_time_estimate_min": junior,
+        **evidence_metadata(task),
+        "allowed_hosts": list(network_route(task, pip_env).hosts),
     }
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
 
@@ -111,7 +116,7 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
     text = dockerfile(ts, options.base_image, pip, prefix="environment/", tools_stage=TOOLS_STAGE)
     files: dict[str, bytes] = {
-        "task.yaml": task_yaml(ts).encode(),
+        "task.yaml": task_yaml(ts, pip.env).encode(),
         "Dockerfile": text.encode(),
         "docker-compose.yaml": COMPOSE.encode(),
         "run-tests.sh": run_tests(ts, manifest).encode(),

@@ -9,17 +9,23 @@ and `miner graph` share, ranked by miner.graph); this module decides how to brea
 
 Here: matching types to targets (`matches`), the context providers that compute a type's
 template variables (an older release on the index, a config key to drop or retype with the
-format's real parser and a line-preserving edit, a wrong value for a variable, where the project
-states a variable's value: rule 8's evidence), and the order.
-Config keys the code names in a string are preferred (from the tree-sitter parse,
-`targets.code_facts`).
+format's real parser and a one-line edit, a wrong value for a variable, a sibling file's mode, the
+project's published sdist), and the order. Config keys the code names in a string are preferred
+(from the tree-sitter parse, `targets.code_facts`).
+
+Rule 8 (recoverable) starts here: no template sees a copy of an original file, and a provider that
+finds the break possible but no evidence to repair it from (no project file states the dropped
+key's value, no published source holds the deleted file) raises NoEvidence. That pair becomes an
+`unrecoverable` inversion (no scripts, `no_evidence` says why) which the validator rejects before
+anything runs, so it is counted, never dropped silently; it takes no turn and no budget.
 
 A type applies to a target when the kinds agree, the healthy backend is among its backends and
 its preconditions hold against Target.attrs (see inversions/README.md):
     {attr: value}       attrs[attr] == value
     {attr: [a, b]}      attrs[attr] in [a, b]
     {min_attr: n}       attrs[attr] >= n        (max_attr: <=)
-    {context: [name]}   the named context providers below must succeed (else the pair is skipped)
+    {context: [name]}   the named context providers below must succeed (else the pair is skipped,
+                        or, when a provider finds no evidence, recorded as unrecoverable)
 
 Order: for a given seed the list is deterministic. Without explicit targets (or with
 shuffle=True), each family's (target, type) pairs are shuffled, weighted by the type's weight;
@@ -29,7 +35,6 @@ small budget spreads over them.
 
 from __future__ import annotations
 
-import base64
 import configparser
 import copy
 import functools
@@ -51,7 +56,15 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from miner.catalogue import CatalogueError, render
-from miner.inverters.targets import CodeFacts, code_facts, enumerate_targets, parse_config
+from miner.inverters.targets import (
+    CodeFacts,
+    code_facts,
+    enumerate_targets,
+    parse_config,
+    project_texts,
+    stated_in,
+    test_files_of,
+)
 from miner.models import HealthyState, Inversion, InversionType, Project, Target
 from miner.projectfiles import in_test_tree, is_doc, project_files
 
@@ -59,9 +72,26 @@ BOOL_WORDS = {"true", "false", "yes", "no", "on", "off"}
 FLIPS = {"true": "false", "false": "true", "1": "0", "0": "1", "yes": "no", "no": "yes", "on": "off", "off": "on"}
 
 
-def b64_lines(data: bytes) -> str:
-    """Base64 wrapped at 76 columns, for heredocs in scripts."""
-    return base64.encodebytes(data).decode().rstrip("\n")
+class NoEvidence(Exception):
+    """The break is possible, but nothing a competent person has would recover the healthy state
+    (rule 8): the pair is recorded as unrecoverable instead of being run."""
+
+
+def unrecoverable(itype: InversionType, target: Target, reason: str) -> Inversion:
+    """The (target, type) pair as an inversion with no evidence and no scripts: the validator
+    rejects it (`unrecoverable`) before anything runs."""
+    return Inversion(type_id=itype.id, family=itype.family, target=target, break_script="", fix_script="",
+                     summary=f"{itype.id} on {target.key}: no evidence", no_evidence=reason)
+
+
+def published_sdist(project: Project) -> dict[str, str] | None:
+    """The project's published source miner can fetch a file from: the sdist of a pypi: source at
+    the mined version (its files are the project's files). A git source on a public host has one
+    too, but it cannot be validated here, so it is not claimed; folders have none."""
+    if project.source.kind != "pypi" or "==" not in project.source.location:
+        return None
+    name, version = project.source.location.split("==", 1)
+    return {"sdist_name": name.strip(), "sdist_version": version.strip()}
 
 
 # ---------------------------------------------------------------- config files
@@ -173,7 +203,13 @@ def _locate_yaml(lines: list[str], path: tuple[str, ...]) -> tuple[int, int] | N
     return lo, hi
 
 
-LOCATORS = {"ini": _locate_ini, "toml": _locate_toml, "yaml": _locate_yaml}
+def _locate_json(lines: list[str], path: tuple[str, ...]) -> tuple[int, int] | None:
+    """The first line holding `"key": value` alone (the edit is checked with the parser after)."""
+    pattern = re.compile(rf'^\s*{re.escape(json.dumps(path[-1]))}\s*:\s*[^{{\[\s][^{{\[]*$')
+    return next(((i, i + 1) for i, line in enumerate(lines) if pattern.match(line)), None)
+
+
+LOCATORS = {"ini": _locate_ini, "toml": _locate_toml, "yaml": _locate_yaml, "json": _locate_json}
 
 
 def _toml_value(value: Any) -> str:
@@ -235,7 +271,8 @@ def edit_config(fmt: str, text: str, path: tuple[str, ...], *, delete: bool = Fa
             cut = re.search(r"[=:]\s*", line)
             if cut:
                 newline = "\n" if line.endswith("\n") else ""
-                replaced = line[:cut.start()] + line[cut.start()] + " " + _render_value(fmt, value) + newline
+                comma = "," if fmt == "json" and line.rstrip().endswith(",") else ""
+                replaced = line[:cut.start()] + line[cut.start()] + " " + _render_value(fmt, value) + comma + newline
                 attempts.append("".join(lines[:start] + [replaced] + lines[end:]))
     try:
         attempts.append(_serialize(fmt, expected, text))
@@ -250,12 +287,45 @@ def edit_config(fmt: str, text: str, path: tuple[str, ...], *, delete: bool = Fa
     return None
 
 
+def line_edit(original: str, edited: str) -> tuple[int, str, str | None] | None:
+    """(1-based line, its original text, its new text or None when deleted) when `edited` differs
+    from `original` in exactly one line, without line-ending subtleties (CR); else None."""
+    before, after = original.split("\n"), edited.split("\n")
+    if "\r" in original:
+        return None
+    if len(after) == len(before) - 1:
+        at = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), len(after))
+        return (at + 1, before[at], None) if before[:at] + before[at + 1:] == after else None
+    changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+    if len(after) == len(before) and len(changed) == 1:
+        return changed[0] + 1, before[changed[0]], after[changed[0]]
+    return None
+
+
+def value_texts(fmt: str, value: Any) -> list[str]:
+    """How a config value reads in prose or another config file ([] for lists and tables)."""
+    if isinstance(value, bool):
+        return [json.dumps(value)] if fmt != "ini" else [str(value)]
+    if isinstance(value, (int, float)):
+        return [repr(value)]
+    if isinstance(value, str) and value.strip() and "\n" not in value:
+        return [value.strip()]
+    return []
+
+
+def visible(old: Any, new_line: str) -> bool:
+    """Whether every scalar of the old value still shows in the retyped line (so the way back is visible)."""
+    scalars = old if isinstance(old, list) else [old]
+    texts = [json.dumps(v) if isinstance(v, bool) else str(v) for v in scalars]
+    return bool(texts) and all(text in new_line for text in texts)
+
+
 def retyped(fmt: str, value: Any) -> Any:
     """A value of another type for a config key, or None when there is no sensible one."""
     if fmt == "ini":
         word = str(value).strip()
         if word.lower() in BOOL_WORDS:
-            return "maybe"
+            return f'"{word}"'  # quoted as in YAML or TOML: no longer a boolean to configparser
         if re.fullmatch(r"[+-]?\d+", word):
             return word + ".5"
         try:
@@ -418,11 +488,15 @@ class ProceduralInverter:
         self.version_lookup = version_lookup
         self._versions: dict[str, list[str]] = {}
         self._facts: dict[Path, CodeFacts] = {}
+        self._texts: dict[Path, dict[str, list[str]]] = {}
+        self._files: dict[Path, set[str]] = {}
         self.providers: dict[str, Callable[[Job], dict[str, Any] | None]] = {
             "bad_version": self._bad_version,
             "drop_key": self._drop_key,
             "retype_key": self._retype_key,
             "wrong_value": self._wrong_value,
+            "sibling_mode": self._sibling_mode,
+            "published_source": self._published_source,
             "stated_value": self._stated_value,
         }
         for itype in self.types:
@@ -469,15 +543,18 @@ class ProceduralInverter:
             targets = enumerate_targets(project, healthy)
         queues = self.pairs(healthy, targets, shuffle)
         out: list[Inversion] = []
-        while queues and (budget is None or len(out) < budget):
+        counted = 0  # unrecoverable pairs are kept (to be recorded) but take no turn and no budget
+        while queues and (budget is None or counted < budget):
             for queue in list(queues):
-                if budget is not None and len(out) >= budget:
+                if budget is not None and counted >= budget:
                     break
                 while queue:
                     inversion = self.apply(project, healthy, *queue.popleft())
                     if inversion:
                         out.append(inversion)
-                        break
+                        if not inversion.no_evidence:
+                            counted += 1
+                            break
                 if not queue:
                     queues.remove(queue)
         return out
@@ -486,13 +563,18 @@ class ProceduralInverter:
 
     def apply(self, project: Project, healthy: HealthyState, target: Target,
               itype: InversionType) -> Inversion | None:
-        """The type rendered for the target, or None when its context cannot be computed."""
-        context = self.context(project, healthy, target, itype)
+        """The type rendered for the target; None when its context cannot be computed, an
+        unrecoverable inversion (see `unrecoverable`) when a provider finds no evidence."""
+        try:
+            context = self.context(project, healthy, target, itype)
+        except NoEvidence as exc:
+            return unrecoverable(itype, target, str(exc))
         return None if context is None else render(itype, target, context)
 
     def context(self, project: Project, healthy: HealthyState, target: Target,
                 itype: InversionType) -> dict[str, Any] | None:
-        """The template variables of one (target, type) pair: the kind's base plus requested providers."""
+        """The template variables of one (target, type) pair: the kind's base plus requested
+        providers (NoEvidence propagates: see `apply`)."""
         base = self.base_context(project, healthy, target)
         if base is None:
             return None
@@ -512,9 +594,8 @@ class ProceduralInverter:
             path = project.path / (target.path or target.name)
             if not path.is_file():
                 return None
-            data = path.read_bytes()
-            return {"original_b64": b64_lines(data), "mode": format(stat.S_IMODE(path.stat().st_mode), "o"),
-                    "size": len(data)}
+            # the mode and size, never the content: a fix recovers that from evidence (rule 8)
+            return {"mode": format(stat.S_IMODE(path.stat().st_mode), "o"), "size": path.stat().st_size}
         if target.kind == "distribution":
             version = healthy.distributions.get(target.name) or target.attrs.get("version")
             return {"dist": target.name, "version": version} if version else None
@@ -539,47 +620,115 @@ class ProceduralInverter:
             self._facts[project.path] = code_facts(project.path)
         return self._facts[project.path]
 
+    def _project_texts(self, job: Job) -> dict[str, list[str]]:
+        if job.project.path not in self._texts:
+            self._texts[job.project.path] = project_texts(job.project.path, test_files_of(job.healthy))
+        return self._texts[job.project.path]
+
     def _config_keys(self, job: Job, want: Callable[[Any], bool]) -> tuple[str, str, list] | None:
+        """The config's format, text, and its keys (those the code names first, each group shuffled)."""
         fmt = job.target.attrs.get("format")
-        text = base64.b64decode(job.base["original_b64"]).decode("utf-8")
+        try:
+            text = (job.project.path / (job.target.path or job.target.name)).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
         keys = [(p, v) for p, v in leaf_keys(fmt, parse_config(fmt, text)) if want(v)]
         named = self._code_facts(job.project).strings
         preferred = [kv for kv in keys if kv[0][-1] in named]
-        pool = preferred or keys
-        job.rng.shuffle(pool)
-        return (fmt, text, pool) if pool else None
+        others = [kv for kv in keys if kv[0][-1] not in named]
+        job.rng.shuffle(preferred)
+        job.rng.shuffle(others)
+        return (fmt, text, preferred + others) if keys else None
 
     def _drop_key(self, job: Job) -> dict[str, Any] | None:
+        """A key whose line can go (one-line deletion, the rest still parses), and its evidence: a
+        project file (not the config itself, not the tests) stating its value, else the published sdist."""
         found = self._config_keys(job, lambda v: True)
         if not found:
             return None
         fmt, text, pool = found
-        for path, _ in pool:
+        droppable = []
+        for path, value in pool:
             broken = edit_config(fmt, text, path, delete=True)
-            if broken is not None:
-                return {"key": ".".join(path), "broken_b64": b64_lines(broken.encode())}
-        return None
+            edit = line_edit(text, broken) if broken is not None else None
+            if edit and edit[2] is None:
+                droppable.append((path, value, edit))
+        if not droppable:
+            return None
+        rel = job.target.path or job.target.name
+        texts = self._project_texts(job)
+        for path, value, (line, key_line, _) in droppable:
+            for shown in value_texts(fmt, value):
+                where = stated_in(job.project.path, path[-1], shown, rel, texts=texts)
+                if where:
+                    return {"key": ".".join(path), "line": line, "key_line": key_line, "value": shown,
+                            "stated_in": where, "evidence_kind": "project-files"}
+        sdist = published_sdist(job.project)
+        if sdist is None:
+            keys = ", ".join(".".join(p) for p, _, _ in droppable[:3])
+            raise NoEvidence(f"no project file but {rel} states the value of {keys}, and the project has "
+                             "no published source")
+        path, _, (line, key_line, _) = droppable[0]
+        return {"key": ".".join(path), "line": line, "key_line": key_line, "evidence_kind": "published-source",
+                **sdist}
 
     def _retype_key(self, job: Job) -> dict[str, Any] | None:
+        """A key given a value of another type in a one-line edit that keeps the old value visible."""
         fmt = job.target.attrs.get("format")
         found = self._config_keys(job, lambda v: retyped(fmt, v) is not None)
         if not found:
             return None
         fmt, text, pool = found
+        hidden = []
         for path, value in pool:
             new = retyped(fmt, value)
             broken = edit_config(fmt, text, path, value=new)
-            if broken is not None:
-                return {"key": ".".join(path), "broken_b64": b64_lines(broken.encode()),
-                        "old_value": json.dumps(value, ensure_ascii=False),
-                        "new_value": json.dumps(new, ensure_ascii=False)}
+            edit = line_edit(text, broken) if broken is not None else None
+            if not edit or edit[2] is None:
+                continue
+            line, old_line, new_line = edit
+            if not visible(value, new_line):
+                hidden.append(".".join(path))
+                continue
+            return {"key": ".".join(path), "line": line, "old_line": old_line, "new_line": new_line,
+                    "old_value": json.dumps(value, ensure_ascii=False),
+                    "new_value": json.dumps(new, ensure_ascii=False)}
+        if hidden:
+            raise NoEvidence(f"retyping {', '.join(hidden[:3])} hides the old value")
         return None
+
+    def _sibling_mode(self, job: Job) -> dict[str, Any] | None:
+        """A project file next to the target (or in a folder above it) with the target's mode: the
+        fix copies that mode (chmod --reference) instead of knowing the original."""
+        rel = PurePosixPath(job.target.path or job.target.name)
+        want = job.base.get("mode")
+        if job.project.path not in self._files:
+            self._files[job.project.path] = set(project_files(job.project.path))
+        files = self._files[job.project.path]
+        folder = rel.parent
+        while True:
+            for name in sorted(f for f in files if PurePosixPath(f).parent == folder and f != str(rel)):
+                path = job.project.path / name
+                if not path.is_symlink() and format(stat.S_IMODE(path.stat().st_mode), "o") == want:
+                    return {"sibling": name}
+            if folder == PurePosixPath("."):
+                raise NoEvidence(f"no file next to {rel} or above it has its mode {want}")
+            folder = folder.parent
 
     def _stated_value(self, job: Job) -> dict[str, Any] | None:
         """Where the project's own files state the variable's healthy value (rule 8: `project-files`
-        evidence): `stated_in` (the files: one) and `stated` (the evidence's detail). None when nowhere."""
+        evidence): `stated_in` (the files: one) and `stated` (the evidence's detail). NoEvidence when nowhere."""
         found = stated_value(job.project.path, self._code_facts(job.project), job.target.name, job.base["value"])
-        return {"stated_in": [found[0]], "stated": found[1]} if found else None
+        if found is None:
+            raise NoEvidence(f"no project file states {job.target.name}={job.base['value']} and no code defaults to it")
+        return {"stated_in": [found[0]], "stated": found[1]}
+
+    def _published_source(self, job: Job) -> dict[str, Any] | None:
+        sdist = published_sdist(job.project)
+        if sdist is None:
+            raise NoEvidence(f"a {job.project.source.kind} source has no published source to recover "
+                             f"{job.target.path or job.target.name} from")
+        return sdist
 
     def _wrong_value(self, job: Job) -> dict[str, Any] | None:
         value = job.base["value"]

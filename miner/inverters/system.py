@@ -25,20 +25,19 @@ service   a Dockerized service (an image that EXPOSEs ports): role=port (a confi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from miner.inverters.procedural import wrong_value
+from miner.inverters.targets import stated_in
 from miner.models import Target
-from miner.projectfiles import may_be_target, project_files
+from miner.projectfiles import may_be_target
 
 # Libraries every process needs: breaking them breaks the shell that would run the fix. The
 # observation adds those the recovery tools load (apt, dpkg, tar, ...: "recovery_libraries").
 CORE_LIBRARIES = ("libc.so", "ld-linux", "libm.so", "libpthread", "libdl.so", "librt.so", "libutil.so",
                   "libgcc_s", "libtinfo", "libselinux", "libpcre2", "libacl", "libattr", "libcrypt.so", "libz.so")
-EVIDENCE_FILE_BYTES = 256 * 1024  # project files larger than this are not read for stated values
 
 
 def _core(soname: str, recovery: set[str] = frozenset()) -> bool:
@@ -113,30 +112,12 @@ def _system_files(observation: dict[str, Any], archive: bool) -> list[Target]:
     return targets
 
 
-def stated_in(root: Path, key: str, value: str, exclude: str) -> list[str]:
-    """Project files (but `exclude`) with a line naming both `key` and `value`: where the project
-    states the value (a README, an example config, a default in the code)."""
-    pattern = re.compile(rf"(?<![\w.-]){re.escape(key)}(?![\w-]).*(?<![\w.-]){re.escape(value)}(?![\w-])")
-    found = []
-    for rel in project_files(root):
-        path = root / rel
-        if rel == exclude or path.stat().st_size > EVIDENCE_FILE_BYTES:
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        if any(pattern.search(line) for line in text.splitlines()):
-            found.append(rel)
-    return found
-
-
-def _config_target(entry: dict[str, Any], ports: set[str], root: Path) -> Target | None:
+def _config_target(entry: dict[str, Any], ports: set[str], root: Path, tests: set[str]) -> Target | None:
     value, key, rel = entry["value"], entry["key"], entry["path"]
     if value in ports:
         role, new, where = "port", str(int(value) + 1), ["the image's EXPOSE"]
     elif entry.get("answered") and len(value) >= 3 and not value.isdigit():
-        role, new, where = "value", wrong_value(value), stated_in(root, key, value, rel)
+        role, new, where = "value", wrong_value(value), stated_in(root, key, value, rel, tests)
         if not where:
             return None  # nothing but the config file itself holds the value: unrecoverable
     else:
@@ -166,7 +147,7 @@ def service_targets(observation: dict[str, Any] | None, root: Path,
     tests = set(test_files)
     targets = []
     for entry in service.get("config", []):
-        if may_be_target(entry["path"], tests) and (target := _config_target(entry, ports, Path(root))):
+        if may_be_target(entry["path"], tests) and (target := _config_target(entry, ports, Path(root), tests)):
             targets.append(target)
     seen: set[str] = set()
     for entry in sorted(service.get("imports", []), key=lambda e: (e["module"].count("."), e["module"])):

@@ -19,6 +19,10 @@ the healthy state:
   envvar        variables the code reads that the healthy environment sets
   extra         what the caller adds: the backend's system and service targets
 
+Also here, for rule 8 (project-files evidence): `stated_in`, the project files (outside the test
+tree) that state a key's value on one line: a README's configuration section, an example config,
+a default in the code.
+
 Rule 7 of the acceptance rules holds here: nothing under the project's test tree (including the
 files the healthy run collected tests from) nor the runner's configuration is a target, and
 neither is the project's code, packaging, docs, dotfiles or dot folders (`projectfiles.may_be_target`).
@@ -40,12 +44,13 @@ import yaml
 
 from miner.graph import canonical, parse_files
 from miner.models import HealthyState, Project, Target
-from miner.projectfiles import may_be_target, project_files, test_file_of
+from miner.projectfiles import in_test_tree, may_be_target, project_files, test_file_of
 
 MAX_FILE_BYTES = 1024 * 1024  # config/data files are embedded (base64) in the fix script
 CONFIG_FORMATS = {".ini": "ini", ".cfg": "ini", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}
 TOOLING_ROOTS = {"pip", "setuptools", "wheel", "pytest", "distribute", "pkg-resources", "virtualenv"}
 FLAG_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
+EVIDENCE_FILE_BYTES = 256 * 1024  # project files larger than this are not read for stated values
 
 
 # ---------------------------------------------------------------- what the code names
@@ -79,6 +84,36 @@ def code_facts(root: Path, py_files: Iterable[str] | None = None) -> CodeFacts:
         defaults |= {(name, value, rel) for name, value in scope.env_defaults}
     names = {re.split(r"[/\\]", s.strip())[-1] for s in strings}
     return CodeFacts(frozenset(strings), frozenset(env_reads), frozenset(names), frozenset(defaults))
+
+
+# ---------------------------------------------------------------- stated values (evidence)
+
+
+def project_texts(root: Path, test_files: Iterable[str] = ()) -> dict[str, list[str]]:
+    """The lines of every readable text file of the project outside its test tree (the tests are
+    the judge, not evidence), by project-relative path."""
+    tests = set(test_files)
+    texts = {}
+    for rel in project_files(root):
+        path = root / rel
+        if in_test_tree(rel, tests) or path.stat().st_size > EVIDENCE_FILE_BYTES:
+            continue
+        try:
+            texts[rel] = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return texts
+
+
+def stated_in(root: Path, key: str, value: str, exclude: str, test_files: Iterable[str] = (),
+              texts: dict[str, list[str]] | None = None) -> list[str]:
+    """Project files (but `exclude`, and outside the test tree) with a line naming both `key` and,
+    after it, `value`: where the project states the value (a README, an example config, a default
+    in the code). `texts` (from project_texts) saves reading the files again."""
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(key)}(?![\w-]).*(?<![\w.-]){re.escape(value)}(?![\w-])")
+    if texts is None:
+        texts = project_texts(root, test_files)
+    return [rel for rel, lines in texts.items() if rel != exclude and any(pattern.search(line) for line in lines)]
 
 
 # ---------------------------------------------------------------- config files
