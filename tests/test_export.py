@@ -686,7 +686,8 @@ def test_planted_reward_json_is_removed(attack_target) -> None:
 
 @pytest.mark.docker
 def test_replaced_interpreter_scores_zero(attack_target) -> None:
-    """A fake /usr/bin/python3 that just writes 1 is refused before it runs."""
+    """A fake /usr/bin/python3 that just writes 1 never runs: the boot tool runs the healthy
+    interpreter's real file, and the changed /usr/bin is a system change."""
     folder, image, _, checker, _ = attack_target
     container = checker.start(image, folder)
     try:
@@ -696,6 +697,6 @@ def test_replaced_interpreter_scores_zero(attack_target) -> None:
         in_sandbox(container, "/usr/bin/python3; cp /logs/verifier/reward.txt /tmp/control")
         assert read_file(container, "/tmp/control").strip() == b"1"  # control: the fake would score 1
         result = checker.verify(container, folder, read_config(folder))
-        assert result.reward == 0 and "not the healthy interpreter" in result.output
+        assert result.reward == 0 and any("/usr/bin differs from the healthy image" in p for p in result.problems)
     finally:
         container.remove(force=True)

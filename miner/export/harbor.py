@@ -5,8 +5,10 @@
       instruction.md        the symptom-based instruction (no answer in it)
       environment/          Dockerfile + build context (see miner.export.common), and a
                             docker-compose.yaml dropping every capability of the container
-      tests/test.sh         writes /logs/verifier/reward.txt: 0 first, 1 only when verifier.py agrees
-      tests/...             verifier.py, verifier_pytest.py, probe.py, spec.json, manifest.json, originals/
+      tests/test.sh         execs tests/boot, which checks the verifier's runtime, runs verifier.py and
+                            writes /logs/verifier/reward.txt once, last (1 only when verifier.py agrees)
+      tests/...             boot, runtime.txt, verifier.py, verifier_system.py, verifier_pytest.py,
+                            probe.py, spec.json, manifest.json, originals/
       solution/solve.sh     the validated fix script
 
 Registered as the format "harbor" (miner.export.registry).
@@ -102,7 +104,7 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
         "solution/solve.sh": solve_script(ts.task).encode(),
     }
     files |= {f"environment/{k}": v for k, v in context.items()}
-    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest).items()}
+    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest, manifests.boot()).items()}
     return files
 
 
