@@ -62,7 +62,8 @@ def main() -> int:
     data = report_json(reports)
     if args.json:
         args.json.write_text(json.dumps(data, indent=1))
-    print(f"\n{time.monotonic() - start:.0f} s\n\n| task | untouched | solved | shortcuts | scored > 0 |\n|---|---|---|---|---|")
+    print(f"\n{time.monotonic() - start:.0f} s\n")
+    print("| task | untouched | solved | shortcuts | scored > 0 |\n|---|---|---|---|---|")
     for r in reports:
         scored = ", ".join(o.attack.id + (" (harness)" if o.attack.reach != "verifier" else "")
                            for o in r.outcomes if o.scored) or "none"
@@ -75,7 +76,8 @@ def main() -> int:
             by_id.setdefault(o.attack.id, []).append(o)
     for attack_id, outcomes in by_id.items():
         reach = " (harness)" if outcomes[0].attack.reach != "verifier" else ""
-        print(f"| {attack_id} | {outcomes[0].attack.klass}{reach} | {len(outcomes)} | {sum(o.scored for o in outcomes)} |")
+        scored = sum(o.scored for o in outcomes)
+        print(f"| {attack_id} | {outcomes[0].attack.klass}{reach} | {len(outcomes)} | {scored} |")
     totals = data["totals"]
     print(f"\ntotals: {totals}")
     solved = [(r.oracle, Path(r.path)) for r in reports if r.oracle and r.oracle.reward is not None]
@@ -83,7 +85,8 @@ def main() -> int:
         verify = [s.seconds for s, _ in solved]
         steps = [phases(s.output) for s, _ in solved]
         size = [added_bytes(folder) for _, folder in solved]
-        print(f"verifier after solve.sh (container start, solve.sh, verifier): median {statistics.median(verify):.1f} s; "
+        print("verifier after solve.sh (container start, solve.sh, verifier): "
+              f"median {statistics.median(verify):.1f} s; "
               f"runtime list median {statistics.median(p['runtime'] for p in steps):.2f} s; two system checks "
               f"median {statistics.median(p['system'] for p in steps):.1f} s; added to tests/: median "
               f"{statistics.median(size) / 1000:.0f} kB (max {max(size) / 1000:.0f} kB)")

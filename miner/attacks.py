@@ -189,7 +189,8 @@ def task_variables(task_dir: Path) -> dict[str, str]:
     spec = json.loads((task_dir / "tests" / "spec.json").read_text())
     manifest = json.loads((task_dir / "tests" / "manifest.json").read_text())
     files = sorted({t.split("::")[0] for t in spec["f2p"] if not t.startswith("probe::")})
-    module = next((p.get("module") for p in spec.get("probes", []) if p.get("kind") == "import" and p.get("module")), "")
+    imports = [p.get("module") for p in spec.get("probes", []) if p.get("kind") == "import" and p.get("module")]
+    module = imports[0] if imports else ""
     return {"ATTACK_DIR": ATTACK_DIR, "ATTACK_REWARD": "/logs/verifier/reward.txt",
             "ATTACK_PYTHON": manifest["system_python"]["real"], "ATTACK_F2P_FILES": " ".join(files),
             "ATTACK_MODULE": module or "", "ATTACK_ENV_FILE": spec["env_file"], "ATTACK_PROJECT": spec["project_dir"]}
@@ -201,6 +202,13 @@ def agent_command(variables: dict[str, str]) -> list[str]:
     return ["bash", "-c", f"source {shlex.quote(variables['ATTACK_ENV_FILE'])} >/dev/null 2>&1; "
                           f"cd {shlex.quote(variables['ATTACK_PROJECT'])}; export {exports}; "
                           f"bash {ATTACK_DIR}/attack.sh > {ATTACK_DIR}/attack.log 2>&1"]
+
+
+def refusal(result: Scenario) -> str:
+    """Why the verifier said no: its first problem, the boot tool's first refusal, or a failing check."""
+    rejects = [ln.split("REJECT:", 1)[1].strip() for ln in result.output.splitlines() if "verifier: REJECT:" in ln]
+    why = result.problems[0] if result.problems else (rejects[0] if rejects else result.why())
+    return why if result.reward is not None else f"no reward written: {why}"
 
 
 class Attacker:
@@ -229,10 +237,7 @@ class Attacker:
                 return outcome
             result = self.checker.verify(container, task_dir, config)
             outcome.reward = result.reward
-            lines = [ln for ln in result.output.strip().splitlines() if ln.strip()]
-            outcome.why = result.problems[0] if result.problems else (lines[-1] if lines else "no output")
-            if outcome.reward is None:
-                outcome.why = "no reward written: " + outcome.why
+            outcome.why = refusal(result)
         finally:
             container.remove(force=True)
             outcome.seconds = round(time.monotonic() - start, 2)

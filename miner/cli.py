@@ -866,9 +866,11 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], repo
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--attacks", is_flag=True,
               help="Also run the catalogue of known shortcuts against each task, each in a fresh container.")
-@click.option("--attack-file", "attack_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--attack-file", "attack_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="More shortcuts (YAML, as miner/assets/attacks.yaml); repeatable; implies --attacks.")
-@click.option("--only", multiple=True, metavar="ID", help="Only these shortcuts or classes; repeatable; implies --attacks.")
+@click.option("--only", multiple=True, metavar="ID",
+              help="Only these shortcuts or classes; repeatable; implies --attacks.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Shortcuts run at the same time (one container each).")
 def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tuple[Path, ...], only: tuple[str, ...],

@@ -189,6 +189,17 @@ def test_dockerized_tasks_export_to_every_format(docker_store: Path, dockerized_
         assert "miner-context" not in record["dockerfile"] and "FROM miner-project AS healthy" in record["dockerfile"]
 
 
+def test_every_shortcut_scores_zero_on_a_docker_backend_task(dockerized_export: dict[str, Path]) -> None:
+    """The catalogue of shortcuts (miner check --attacks) against the service task of the Dockerized
+    service: its verifier runs the image's own command and HTTP checks, on the project's own image."""
+    from test_attacks import assert_refused_everywhere
+
+    from miner.attacks import attack_tasks, load_catalogue
+
+    reports = attack_tasks([dockerized_export["docker-service:service"]], load_catalogue([]), jobs=2)
+    assert_refused_everywhere(reports)
+
+
 @pytest.mark.harbor
 @pytest.mark.parametrize("agent, expected", [("oracle", 1.0), ("nop", 0.0)])
 def test_harbor_scores_dockerized_tasks(harbor, dockerized_export: dict[str, Path], tmp_path: Path, agent: str,

@@ -629,6 +629,8 @@ static void clear_rewards(const char *reward) {
     remove_tree(path, 0);
     cat(path, sizeof path, reward, ".tmp", 0);
     remove_tree(path, 0);
+    cat(path, sizeof path, dir, "/verdict.json", 0); /* the verifier's details: only this run's may be read */
+    remove_tree(path, 0);
 }
 
 static int write_reward(const char *reward, int value) {

@@ -59,6 +59,7 @@ import time
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+STARTED = time.monotonic()
 
 
 def _load_system():
@@ -336,6 +337,8 @@ def collect(args: argparse.Namespace) -> int:
         "sleep_sha256": binary_sha("sleep"),
         "runtime": runtime,
         "system": system.system_manifest(system_candidates(sys_path, venv, runtime), skip),
+        # the roots Python imports from: their bytecode caches are deleted before the tests
+        "python_roots": system.system_roots([*sys_path, *sys.path, venv], skip),
     }
     json.dump(manifest, sys.stdout, sort_keys=True)
     return 0
@@ -375,6 +378,8 @@ class Verifier:
         self.programs = {digest for kind, digest, _ in runtime if kind == "K"} | {manifest.get("sleep_sha256")}
         self.modules: set[str] = set()
         self.memo = system.Memo()  # the second system check rehashes only files whose inode changed
+        self.laps: dict[str, float] = {}
+        self.last_lap = STARTED
         self.skip = (HERE, self.project, os.path.dirname(os.path.abspath(reward)), self.work)
 
     def problem(self, text: str) -> None:
@@ -467,7 +472,7 @@ class Verifier:
             self.problem(f"{when}, {path} differs from the healthy image (a system file was added, removed "
                          "or modified)")
         if not changes and when == "before the tests":
-            system.clear_bytecode(sorted(healthy), self.skip)
+            system.clear_bytecode(self.manifest.get("python_roots", sorted(healthy)), self.skip)
 
     # step 3
     def restore_originals(self) -> None:
@@ -645,28 +650,45 @@ class Verifier:
 
     # the whole run
     def score(self) -> int:
-        spec = self.spec
         self.check_modules()
         killed = self.kill_strays()
         if killed:
             print(f"verifier: killed {killed} process(es) left running in the container", flush=True)
         if self.verdict_fd is None:
             self.write_reward(0)
+        self.lap("start")
         self.capture_env()
         self.kill_strays()  # whatever env.sh started
+        self.lap("environment")
         self.check_system("before the tests")
+        self.lap("system")
         self.restore_originals()
         self.static_checks()  # even on a changed system: each problem named helps the reader
+        self.lap("static checks")
         if self.problems:
             return self.finish({})
-        expected = spec["f2p"] + spec["p2p"]
+        expected = self.spec["f2p"] + self.spec["p2p"]
         tests = [t for t in expected if not t.startswith("probe::")]
         junit, guard = self.run_tests(tests)
-        probes = [p for p in spec["probes"] if p["id"] in set(expected)]
+        self.lap("tests")
+        probes = [p for p in self.spec["probes"] if p["id"] in set(expected)]
         raw = self.run_probes(probes)
+        self.lap("probes")
         self.kill_strays()
         self.check_system("after the tests")
         self.check_modules(final=True)
+        self.lap("system again")
+        return self.finish(self.verdicts(tests, probes, junit, guard, raw))
+
+    def lap(self, phase: str) -> None:
+        """Seconds since the last lap, by phase (printed at the end: what verifying costs)."""
+        now = time.monotonic()
+        self.laps[phase] = round(now - self.last_lap, 2)
+        self.last_lap = now
+
+    def verdicts(self, tests: list[str], probes: list[dict], junit: dict[str, list[str]], guard: dict,
+                 raw: dict[str, dict]) -> dict[str, str]:
+        """"passed" or what else happened, for every expected test id and probe."""
         verdicts: dict[str, str] = {}
         for test_id in tests:
             seen = junit.get(test_id, ["missing"])
@@ -678,9 +700,9 @@ class Verifier:
             same = got is not None and got["exit"] == probe["expected_exit"] and (
                 probe.get("expected_digest") is None or got["digest"] == probe["expected_digest"])
             verdicts[probe["id"]] = "passed" if same else ("missing" if got is None else f"failed (exit {got['exit']})")
-        for test_id in expected:
+        for test_id in self.spec["f2p"] + self.spec["p2p"]:
             verdicts.setdefault(test_id, "missing")
-        return self.finish(verdicts)
+        return verdicts
 
     def finish(self, verdicts: dict[str, str]) -> int:
         failing = {k: v for k, v in verdicts.items() if v != "passed"}
@@ -697,6 +719,7 @@ class Verifier:
         except OSError:
             pass
         summary = "PASS" if ok else f"FAIL ({len(self.problems)} problem(s), {len(failing)} failing check(s))"
+        print("verifier: seconds by phase: " + ", ".join(f"{k} {v}" for k, v in self.laps.items()))
         print(f"verifier: verdict {int(ok)}: {summary}", flush=True)
         shutil.rmtree(self.work, ignore_errors=True)
         self.conclude(ok)

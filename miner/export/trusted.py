@@ -24,7 +24,7 @@ from pathlib import Path
 
 ARCHITECTURES = ("x86_64", "aarch64")
 FLAGS = ("-static", "-nostdlib", "-ffreestanding", "-fno-builtin", "-fno-stack-protector", "-fno-pie", "-no-pie",
-         "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-Os", "-s", "-Wl,--build-id=none")
+         "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-O2", "-s", "-Wl,--build-id=none")
 BOOT_NAME = "boot"
 RUNTIME_NAME = "runtime.txt"
 
