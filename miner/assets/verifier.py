@@ -474,7 +474,7 @@ class Verifier:
         if not changes and when == "before the tests":
             system.clear_bytecode(self.manifest.get("python_roots", sorted(healthy)), self.skip)
 
-    # step 3
+    # step 4
     def restore_originals(self) -> None:
         for rel, info in sorted(self.spec["originals"].items()):
             src = os.path.join(HERE, "originals", rel)
@@ -500,7 +500,7 @@ class Verifier:
             if not os.access(current, os.W_OK | os.X_OK):
                 os.chmod(current, os.stat(current).st_mode | 0o700)
 
-    # step 4
+    # step 5
     def check_protected(self) -> None:
         originals = self.spec["originals"]
         for rel, digest in sorted(self.spec["protected"].items()):
@@ -587,7 +587,7 @@ class Verifier:
         self.check_runner()
         self.check_interpreter()
 
-    # step 5
+    # steps 6 and 7
     def run_tests(self, tests: list[str]) -> tuple[dict[str, list[str]], dict]:
         """(junit outcomes per node id, the guard's report) of one pytest run over `tests`."""
         if not tests:
