@@ -41,6 +41,9 @@ REWARD = "/logs/verifier/reward.txt"
 VERDICT = "/logs/verifier/verdict.json"
 SOLVER_VIEW = "tests/solver_view.json"
 VIEW_TIMEOUT = 600
+STDOUT = "/logs/verifier/test-stdout.txt"
+# Harbor's verifier command (harbor.utils.scripts.build_execution_command), run as it runs it.
+TEST_COMMAND = f"(/tests/test.sh) > {STDOUT} 2>&1"
 
 
 @dataclass
@@ -172,6 +175,14 @@ def read_file(container, path: str) -> bytes | None:  # noqa: ANN001 - a docker 
         return handle.read() if handle else None
 
 
+def parse_reward(raw: bytes | None) -> float | None:
+    """A reward file's value as Harbor reads it (None when missing, empty or not a number)."""
+    try:
+        return float(raw.decode().strip()) if raw and raw.strip() else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
 class Checker:
     """Builds task images and runs the nop and oracle scenarios in fresh containers."""
 
@@ -210,12 +221,30 @@ class Checker:
         container.exec_run(["mkdir", "-p", "/logs/verifier", "/logs/agent"])
         return container
 
+    def run(self, container, argv: list[str], limit: float) -> int | None:  # noqa: ANN001
+        """Run argv in the container (as `docker exec` does) for at most `limit` seconds: its exit
+        code, or None when it ran out of time (the container is then stopped). The deadline is kept
+        here, not by a program of the container's, which the agent could have replaced."""
+        exec_id = self.client.api.exec_create(container.id, argv)["Id"]
+        self.client.api.exec_start(exec_id, detach=True)
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            info = self.client.api.exec_inspect(exec_id)
+            if not info.get("Running"):
+                return info.get("ExitCode")
+            time.sleep(0.3)
+        container.kill()
+        return None
+
     def solve(self, container, task_dir: Path, config: dict) -> str:  # noqa: ANN001
         """Run solution/solve.sh as the oracle agent does; returns a note when it failed."""
         container.put_archive("/", tar_folder(task_dir / "solution", "solution"))
         agent = float(config.get("agent", {}).get("timeout_sec") or 900)
-        code, out = container.exec_run(["timeout", "-k", "10", str(int(agent)), "bash", "/solution/solve.sh"])
-        return "" if code == 0 else f"solve.sh exited {code}: {out.decode(errors='replace')[-400:]}\n"
+        code = self.run(container, ["bash", "-c", "bash /solution/solve.sh > /tmp/miner-solve.log 2>&1"], agent)
+        if code == 0:
+            return ""
+        log = (read_file(container, "/tmp/miner-solve.log") or b"").decode(errors="replace")
+        return f"solve.sh {'ran out of time' if code is None else f'exited {code}'}: {log[-400:]}\n"
 
     def verify(self, container, task_dir: Path, config: dict) -> Scenario:  # noqa: ANN001
         """Upload tests/ and run tests/test.sh as Harbor's verifier does; read the reward and verdict."""
@@ -223,10 +252,11 @@ class Checker:
         start = time.monotonic()
         container.put_archive("/", tar_folder(task_dir / "tests", "tests"))
         limit = float(config.get("verifier", {}).get("timeout_sec") or 600)
-        _, out = container.exec_run(["timeout", "-k", "10", str(int(limit)), "bash", "/tests/test.sh"])
-        result.output = out.decode(errors="replace")
-        raw = read_file(container, REWARD)
-        result.reward = float(raw.decode().strip()) if raw and raw.strip() else None
+        code = self.run(container, ["bash", "-c", TEST_COMMAND], limit)
+        result.output = (read_file(container, STDOUT) or b"").decode(errors="replace")
+        if code is None:
+            result.output += f"\n(the verifier ran out of its {limit:.0f} s: the container was stopped)\n"
+        result.reward = parse_reward(read_file(container, REWARD))
         verdict = read_file(container, VERDICT)
         if verdict:
             data = json.loads(verdict)

@@ -57,7 +57,8 @@ def evidence_options(command: Callable) -> Callable:
 # modules already imported, so that `miner --help` does not import what defines them.
 USER_ERRORS = (("miner.store", "StoreError"), ("miner.catalogue", "CatalogueError"),
                ("miner.sandbox.base", "SandboxError"), ("miner.sources", "FetchError"),
-               ("miner.check", "CheckError"), ("miner.executors.base", "ExecutorError"))
+               ("miner.check", "CheckError"), ("miner.executors.base", "ExecutorError"),
+               ("miner.attacks", "CatalogueError"))
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2: help, not an error
 
 
@@ -927,16 +928,29 @@ def solver_view_cell(result: CheckResult) -> str:
 @main.command()
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def check(dirs: tuple[Path, ...], as_json: bool) -> None:
+@click.option("--attacks", is_flag=True,
+              help="Also run the catalogue of known shortcuts against each task, each in a fresh container.")
+@click.option("--attack-file", "attack_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="More shortcuts (YAML, as miner/assets/attacks.yaml); repeatable; implies --attacks.")
+@click.option("--only", multiple=True, metavar="ID",
+              help="Only these shortcuts or classes; repeatable; implies --attacks.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Shortcuts run at the same time (one container each).")
+def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tuple[Path, ...], only: tuple[str, ...],
+          jobs: int) -> None:
     """Check exported Harbor tasks in Docker: the verifier scores 0 untouched and 1 after solution/solve.sh.
 
-    DIRS are task folders, or folders holding task folders.
+    DIRS are task folders, or folders holding task folders. With --attacks, every shortcut of the
+    catalogue runs too (as the agent, before the verifier) and must score 0.
     """
     from miner.check import check_tasks, task_dirs
 
     if not task_dirs(list(dirs)):
         raise click.ClickException(f"no exported task in {', '.join(map(str, dirs))} "
                                    "(a task folder holds task.toml; give it or the folder holding it)")
+    if attacks or attack_files or only:
+        return check_attacks(list(dirs), list(attack_files), list(only), jobs, as_json)
     console = make_console()
     results = check_tasks(list(dirs), on_result=lambda r: as_json or console.print(
         f"{'[green]ok[/green]' if r.ok else '[red]FAIL[/red]'} {escape(str(r.name or r.path))}"))
@@ -958,3 +972,59 @@ def check(dirs: tuple[Path, ...], as_json: bool) -> None:
     failing = [r for r in results if not r.ok]
     if failing:
         raise click.ClickException("; ".join(f"{r.name or r.path}: {r.reason}" for r in failing))
+
+
+def check_attacks(dirs: list[Path], attack_files: list[Path], only: list[str], jobs: int, as_json: bool) -> None:
+    """`check --attacks`: the baseline and every shortcut per task; a table per task and per shortcut."""
+    from miner.attacks import attack_tasks, load_catalogue, report_json
+
+    catalogue = load_catalogue(attack_files).select(only)
+    console = make_console()
+
+    def progress(report, outcome) -> None:  # noqa: ANN001
+        if not as_json:
+            mark = "[red]SCORED[/red]" if outcome.scored else "0"
+            console.print(f"{escape(report.name)} {outcome.attack.id}: {mark} ({outcome.seconds:.0f}s)")
+
+    reports = attack_tasks(dirs, catalogue, jobs=jobs, on_outcome=progress)
+    data = report_json(reports)
+    if as_json:
+        print_json(data)
+    else:
+        print_attack_tables(console, reports, data["totals"])
+    broken = [r for r in reports if not r.baseline_ok]
+    holes = [(r.name, o.attack.id) for r in reports for o in r.holes]
+    if broken or holes:
+        parts = [f"{len(holes)} shortcut run(s) scored above 0: "
+                 + ", ".join(f"{name} {attack}" for name, attack in holes[:10])] if holes else []
+        parts += [f"{r.name or r.path}: {r.error or 'the baseline is wrong (untouched must score 0, solved 1)'}"
+                  for r in broken]
+        raise click.ClickException("; ".join(parts))
+
+
+def print_attack_tables(console, reports, totals: dict) -> None:  # noqa: ANN001
+    show = lambda s: "-" if s is None else str(s.reward)  # noqa: E731
+    table = Table(title="shortcuts per task (the baseline: untouched must score 0, solved 1)")
+    for column in ("task", "untouched", "solved", "shortcuts", "scored > 0"):
+        table.add_column(column)
+    for r in reports:
+        scored = [o.attack.id + (" (harness)" if o.attack.reach != "verifier" else "") for o in r.outcomes if o.scored]
+        table.add_row(escape(r.name or str(r.path)), show(r.nop), show(r.oracle),
+                      escape(r.error) if r.error else str(len(r.outcomes)), escape(", ".join(scored)) or "none")
+    print_table(console, table)
+    by_attack: dict[str, list] = {}
+    for r in reports:
+        for o in r.outcomes:
+            by_attack.setdefault(o.attack.id, []).append(o)
+    table = Table(title="per shortcut")
+    for column in ("shortcut", "class", "tasks", "scored > 0", "how the verifier refused (first task)"):
+        table.add_column(column)
+    for attack_id, outcomes in by_attack.items():
+        first = outcomes[0]
+        label = f"{first.attack.klass}{' (harness: out of reach)' if first.attack.reach != 'verifier' else ''}"
+        table.add_row(attack_id, label, str(len(outcomes)), str(sum(o.scored for o in outcomes)),
+                      escape(first.why[:100]))
+    print_table(console, table)
+    console.print(f"{totals['tasks']} task(s), baseline right on {totals['baseline_ok']}; {totals['runs']} shortcut "
+                  f"run(s), {totals['holes']} scored above 0 within the verifier's reach, "
+                  f"{totals['out_of_reach_scored']} out of its reach (the harness runs the container's bash)")

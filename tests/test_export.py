@@ -583,7 +583,7 @@ ATTACKS = {
                      + write("$f", "\ntry:\n" + textwrap.indent(FORCE_PASS, "    ")
                              + "except ImportError:\n    pass\n", append=True),
     "pytest-addopts-in-env-file": write("/sandbox/project/miner_evil_opts.py", FORCE_PASS) + "; "
-                                  + write("/sandbox/env.sh", "export PYTEST_ADDOPTS='-p miner_evil_opts'\n",
+                                  + write("/sandbox/home/.bashrc", "export PYTEST_ADDOPTS='-p miner_evil_opts'\n",
                                           append=True),
 }
 # Why the verifier refuses each attack: a problem it names, or (None) the tests it put back or
@@ -645,7 +645,7 @@ def attack_target(store: Store, export_cache: Path, tmp_path_factory: pytest.Tem
 
 
 def in_sandbox(container, script: str) -> str:
-    code, out = container.exec_run(["bash", "-c", f"source /sandbox/env.sh; cd /sandbox/project; {script}"])
+    code, out = container.exec_run(["bash", "-c", f"source /sandbox/home/.bashrc; cd /sandbox/project; {script}"])
     return out.decode(errors="replace")
 
 
@@ -742,7 +742,8 @@ def test_planted_reward_json_is_removed(attack_target) -> None:
 
 @pytest.mark.docker
 def test_replaced_interpreter_scores_zero(attack_target) -> None:
-    """A fake /usr/bin/python3 that just writes 1 is refused before it runs."""
+    """A fake /usr/bin/python3 that just writes 1 never runs: the boot tool runs the healthy
+    interpreter's real file, and the changed /usr/bin is a system change."""
     folder, image, _, checker, _ = attack_target
     container = checker.start(image, folder)
     try:
@@ -752,6 +753,6 @@ def test_replaced_interpreter_scores_zero(attack_target) -> None:
         in_sandbox(container, "/usr/bin/python3; cp /logs/verifier/reward.txt /tmp/control")
         assert read_file(container, "/tmp/control").strip() == b"1"  # control: the fake would score 1
         result = checker.verify(container, folder, read_config(folder))
-        assert result.reward == 0 and "not the healthy interpreter" in result.output
+        assert result.reward == 0 and any("/usr/bin differs from the healthy image" in p for p in result.problems)
     finally:
         container.remove(force=True)

@@ -172,10 +172,10 @@ def test_exported_dockerized_tasks_check_out(dockerized_export: dict[str, Path])
     assert len(results) == len(dockerized_export)
     for result in results:
         assert result.ok, f"{result.name}: {result.reason}\n{result.oracle.output[-2000:] if result.oracle else ''}"
-        # Without the fix a derived image probe fails, unless the break took the interpreter the
-        # verifier runs on (system/interpreter-*): then test.sh refuses before any check runs.
-        refused = "is not the healthy interpreter: reward 0" in result.nop.output
-        assert refused or any(t.startswith(IMAGE_PROBES) for t in result.nop.failing), (
+        # Without the fix a derived image probe fails, or the verifier refuses outright: a system
+        # break changes a file of the healthy manifest's system part (the interpreter symlink, a
+        # library), which must be back as it was.
+        assert result.nop.problems or any(t.startswith(IMAGE_PROBES) for t in result.nop.failing), (
             result.name, result.nop.failing, result.nop.output[-1000:])
 
 
@@ -195,6 +195,17 @@ def test_dockerized_tasks_export_to_every_format(docker_store: Path, dockerized_
     assert len(records) == len(tasks)
     for record in records:  # built from a checkout of the project: its own COPY lines stay
         assert "miner-context" not in record["dockerfile"] and "FROM miner-project AS healthy" in record["dockerfile"]
+
+
+def test_every_shortcut_scores_zero_on_a_docker_backend_task(dockerized_export: dict[str, Path]) -> None:
+    """The catalogue of shortcuts (miner check --attacks) against the service task of the Dockerized
+    service: its verifier runs the image's own command and HTTP checks, on the project's own image."""
+    from test_attacks import assert_refused_everywhere
+
+    from miner.attacks import attack_tasks, load_catalogue
+
+    reports = attack_tasks([dockerized_export["docker-service:service"]], load_catalogue([]), jobs=2)
+    assert_refused_everywhere(reports)
 
 
 @pytest.mark.harbor

@@ -1,32 +1,46 @@
 """miner's task verifier: scores one exported repair task and resists reward hacking.
 
-Standalone on purpose: it is copied into every exported task's tests/ folder and runs inside the
-task's container with the system interpreter in isolated mode (`/usr/bin/python3 -I -S`), so
-nothing the agent put in the project's venv (a .pth file, sitecustomize, a patched pytest) runs
-inside the verifier itself. It imports nothing of miner.
+Standalone on purpose: it is copied into every exported task's tests/ folder with its system half
+(verifier_system.py, loaded by path), the guard (verifier_pytest.py), the probe runner and the
+static boot tool (boot.c, compiled). It imports nothing of miner.
 
-    verifier.py --reward /logs/verifier/reward.txt     score the task (tests/test.sh does this)
-    verifier.py --collect                              print the healthy manifest (at export time)
+    boot score ... -- verifier.py ARGS   score the task (tests/test.sh runs this; see boot.c)
+    verifier.py --collect                print the healthy manifest (at export time)
 
-Scoring. The reward file holds 0 from the first moment; it becomes 1 only when, in order:
-  1. stray processes the agent left running are killed (a loop rewriting reward.txt is one),
+Who runs it. tests/test.sh execs the boot tool, which needs no file of the container: it kills
+every stray process, checks the runtime list (the interpreter, the dynamic loader, its cache,
+configuration and preload file, the libraries and standard-library modules this file imports,
+the folders Python searches) against the healthy image, then runs this file with that
+interpreter in isolated mode (-I -S -B, bytecode from a fresh folder), reads the verdict from a
+pipe, kills every process again and writes the reward file itself, once. This file never
+writes the reward when run that way (--verdict-fd).
+
+Scoring. The verdict is 1 only when, in order:
+  1. every module this file loaded is one the boot tool verified, and warm_up() imported all
+     that scoring needs (no module is imported later, after untrusted code ran);
   2. the environment the tests run with is taken by sourcing the sandbox's shell rc file
      (/sandbox/home/.bashrc, spec "env_file": what every shell of the solver reads, through
      ~/.profile and $BASH_ENV) in a throwaway shell (so anything that file does to the disk
-     happens *before* the checks below),
-  3. the original test files are put back from tests/originals (sha256-checked),
-  4. static checks pass: protected source files unchanged; no conftest.py, pytest config file
+     happens *before* the checks below), and what it started is killed;
+  3. the system is back to its healthy state: every system root of the healthy manifest
+     (interpreters' import paths, PATH, the venv, the loader's files and library folders,
+     locale, time zones, CA bundle) matches, but for the names allowed to vary (bytecode caches,
+     which are then deleted, and pip's reinstall metadata);
+  4. the original test files are put back from tests/originals (sha256-checked),
+  5. static checks pass: protected source files unchanged; no conftest.py, pytest config file
      or module shadowing the test runner that the healthy project did not have; every .pth and
      sitecustomize/usercustomize file identical to the healthy manifest; pytest, pluggy and
      every pytest plugin byte-identical to the healthy ones; no new pytest11 entry point; the
      interpreter binary and pyvenv.cfg unchanged,
-  5. pytest runs the F2P and P2P node ids under a guard plugin (verifier_pytest.py) that
+  6. pytest runs the F2P and P2P node ids under a guard plugin (verifier_pytest.py) that
      rejects unknown plugins and pytest internals patched at run time, with bytecode caches
-     redirected to a fresh folder (a forged .pyc cannot be loaded) and sensitive variables
-     (PYTEST_ADDOPTS, LD_PRELOAD, ...) held at their healthy values,
-  6. every expected test id is "passed" both in the junit XML and in the guard's own record
+     redirected to a fresh folder and sensitive variables (PYTEST_ADDOPTS, LD_PRELOAD, ...) held
+     at their healthy values, without capabilities (`boot drop`),
+  7. every expected test id is "passed" both in the junit XML and in the guard's own record
      (skipped, xfailed, deselected or missing all count as failures), and every derived probe
-     behaves exactly as it did healthy.
+     behaves exactly as it did healthy;
+  8. after the tests and probes every process they left is killed and the system is still the
+     healthy one (step 3 again), and no module was imported since step 1.
 """
 
 from __future__ import annotations
@@ -46,6 +60,20 @@ import time
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+STARTED = time.monotonic()
+
+
+def _load_system():
+    """verifier_system.py, next to this file, loaded by its path (this folder is never on sys.path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("miner_verifier_system", os.path.join(HERE, "verifier_system.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+system = _load_system()
 RUNNER_DISTS = {"pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongroup", "tomli", "colorama"}
 # Top-level names that, dropped in the project or on sys.path, would replace the test runner.
 RUNNER_MODULES = ("pytest", "_pytest", "pluggy", "py", "iniconfig")
@@ -251,6 +279,30 @@ def python_identity(path: str) -> dict[str, str | None]:
     return {"path": path, "real": real, "sha256": sha256_file(real)}
 
 
+def warm_up() -> None:
+    """Run every code path scoring takes before the system check, so that each module it needs is
+    imported now, from files the boot tool verified (at export: so that the runtime list holds them)."""
+    parse_junit(b'<testsuite><testcase classname="a.b" name="c" file="a/b.py"><failure/></testcase></testsuite>')
+    json.loads(json.dumps({"a": [1, "b", None]}))
+    hashlib.sha256(b"").hexdigest()
+    configparser.ConfigParser(interpolation=None, delimiters=("=",)).read_string("[pytest11]\na = b\n")
+    folder = tempfile.mkdtemp(prefix="miner-warm-")
+    shutil.rmtree(folder)
+    subprocess.run([sys.executable, "-I", "-S", "-c", ""], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                   stderr=subprocess.STDOUT, timeout=60)
+    system.tree_digests(HERE)
+
+
+def system_candidates(sys_path: list[str], venv: str, runtime: list[list[str]]) -> list[str]:
+    """What may be a system root: import paths, PATH, the venv, the loader's files and folders, the
+    folders of the libraries the runtime maps, the system family's files."""
+    libraries = [os.path.dirname(p) for kind, _, p in runtime
+                 if kind == "F" and re.search(r"\.so(\.[0-9]+)*$", p) and not p.startswith("/etc/")]
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    return [*sys_path, *sys.path, *path, venv, *system.LOADER_FILES, *system.loader_dirs(), *libraries,
+            *system.SYSTEM_EXTRAS]
+
+
 def collect(args: argparse.Namespace) -> int:
     """Print the healthy manifest as JSON (run once per project at export, in a healthy container)."""
     venv, project = args.venv, args.project
@@ -265,6 +317,11 @@ def collect(args: argparse.Namespace) -> int:
     sys_path, sites = json.loads(probe.stdout.strip().splitlines()[-1])
     sys_path = [os.path.realpath(p) for p in sys_path if p]
     sites = sorted({os.path.realpath(p) for p in sites if os.path.isdir(p)} | set(site_dirs(venv)))
+    warm_up()
+    skip = (HERE, project)
+    keepalive = next((os.path.realpath(os.path.join(d, "sleep")) for d in ("/usr/bin", "/bin")
+                      if os.path.isfile(os.path.join(d, "sleep"))), None)
+    runtime = system.runtime_list("/bin/bash", keepalive, skip)
     manifest = {
         "python": python_identity(python),
         "system_python": python_identity(sys.executable),
@@ -279,86 +336,13 @@ def collect(args: argparse.Namespace) -> int:
         "env": {name: os.environ.get(name) for name in SENSITIVE_ENV},
         "outside": outside_configs(project),
         "sleep_sha256": binary_sha("sleep"),
+        "runtime": runtime,
+        "system": system.system_manifest(system_candidates(sys_path, venv, runtime), skip),
+        # the roots Python imports from: their bytecode caches are deleted before the tests
+        "python_roots": system.system_roots([*sys_path, *sys.path, venv], skip),
     }
     json.dump(manifest, sys.stdout, sort_keys=True)
     return 0
-
-
-# -- processes ------------------------------------------------------------------------------------
-
-
-def drop_privileges() -> None:
-    """preexec_fn: no capabilities and no new privileges, as in the sandboxes that validated the task.
-
-    Both sandbox backends run every command with all capabilities dropped, so a root process there
-    cannot read a mode-000 file; the tests must run the same way here.
-    """
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-    for cap in range(64):
-        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP: uid 0 gets only the bounding set at exec
-    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
-
-
-def in_container() -> bool:
-    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
-
-
-def _ppid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _harmless(pid: int, sleep_sha: str | None) -> bool:
-    """A plain `sleep` (the container's keep-alive command under `sh -c`): its binary is the healthy one."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return False
-    if os.path.basename(exe) != "sleep" or sleep_sha is None:
-        return False
-    try:  # /proc/PID/exe opens the binary the process really runs, even if the file was replaced
-        with open(f"/proc/{pid}/exe", "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest() == sleep_sha
-    except OSError:
-        return False
-
-
-def kill_strays(sleep_sha: str | None = None) -> int:
-    """Kill every process of the container but PID 1, this process's ancestors and plain sleeps.
-
-    Only inside a container: on a host this would kill unrelated work. Harbor keeps its
-    container alive with `sh -c "sleep infinity"`: killing that sleep would stop the container.
-    """
-    if not in_container():
-        return 0
-    keep, pid = {1}, os.getpid()
-    while pid > 0 and pid not in keep:
-        keep.add(pid)
-        pid = _ppid(pid)
-    killed = 0
-    for _ in range(5):  # processes may fork while we kill: repeat until none is left
-        found = []
-        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep):
-            if _harmless(pid, sleep_sha):
-                keep.add(pid)
-            else:
-                found.append(pid)
-        if not found:
-            break
-        for victim in found:
-            try:
-                os.kill(victim, signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.2)
-    return killed
 
 
 def binary_sha(name: str) -> str | None:
@@ -374,21 +358,41 @@ def binary_sha(name: str) -> str | None:
 
 
 class Verifier:
-    """One scoring run: holds the task spec, the healthy manifest and what went wrong."""
+    """One scoring run: holds the task spec, the healthy manifest and what went wrong.
 
-    def __init__(self, spec: dict, manifest: dict, reward: str, kill: bool = True, summary_line: bool = False) -> None:
+    `boot` is the static boot tool (commands run through `boot drop`), `verdict_fd` the pipe the
+    boot tool reads the verdict from (without one, development runs write the reward file
+    themselves), `kill` says this runs in a task container where stray processes are killed.
+    """
+
+    def __init__(self, spec: dict, manifest: dict, reward: str, kill: bool = False, boot: str | None = None,
+                 verdict_fd: int | None = None) -> None:
         self.spec, self.manifest, self.reward_path, self.kill = spec, manifest, reward, kill
-        self.summary_line = summary_line
+        self.boot, self.verdict_fd = boot, verdict_fd
         self.project, self.venv = spec["project_dir"], spec["venv_dir"]
         self.problems: list[str] = []
         self.env: dict[str, str] = {}
         self.work = tempfile.mkdtemp(prefix="miner-verify-")
+        self.pycache = os.path.join(self.work, "pycache")
+        runtime = system.read_runtime_list(os.path.join(HERE, "runtime.txt"))
+        self.verified = {path for kind, _, path in runtime if kind in ("F", "K")}
+        self.programs = {digest for kind, digest, _ in runtime if kind == "K"} | {manifest.get("sleep_sha256")}
+        self.modules: set[str] = set()
+        self.memo = system.Memo()  # the second system check rehashes only files whose inode changed
+        self.laps: dict[str, float] = {}
+        self.last_lap = STARTED
+        self.skip = (HERE, self.project, os.path.dirname(os.path.abspath(reward)), self.work)
 
     def problem(self, text: str) -> None:
         self.problems.append(text)
         print(f"verifier: REJECT: {text}", flush=True)
 
-    # reward files
+    def dropped(self, argv: list[str]) -> list[str]:
+        """argv run without capabilities and without new privileges, as in the sandboxes that
+        validated the task (there, a root process cannot read a mode-000 file either)."""
+        return [self.boot, "drop", "--", *argv] if self.boot else argv
+
+    # reward files (development runs only: under the boot tool, it writes the reward)
     def write_reward(self, value: int) -> None:
         """Write the reward atomically, after removing anything that could shadow or redirect it."""
         folder = os.path.dirname(self.reward_path)
@@ -402,24 +406,44 @@ class Verifier:
         os.replace(tmp, self.reward_path)
 
     def kill_strays(self) -> int:
-        return kill_strays(self.manifest.get("sleep_sha256")) if self.kill else 0
+        return system.kill_strays(self.programs, self.verified) if self.kill else 0
+
+    # step 1
+    def check_modules(self, final: bool = False) -> None:
+        """Every module loaded so far came from a file the boot tool verified; at the end, none
+        was imported after warm_up (a later import could read a file the tests rewrote)."""
+        files, _ = system.module_files(self.skip)
+        if final:
+            for path in sorted(set(files) - self.modules):
+                self.problem(f"the verifier imported {path} after the tests ran")
+            return
+        self.modules = set(files)
+        if self.verdict_fd is not None:
+            for path in sorted(set(files) - self.verified):
+                self.problem(f"the verifier loaded {path}, which the boot tool did not verify")
 
     # step 2
     def capture_env(self) -> None:
         """The variables the tests see: this exec's environment plus what the rc file (spec "env_file",
         the ~/.bashrc every shell of the solver reads) sets."""
-        dump = os.path.join(self.work, "env.json")
+        dump = os.path.join(self.work, "env.dump")
+        if self.boot:  # the boot tool writes the environment: nothing of the container's runs after the rc file
+            writer = f"exec {shlex_quote(self.boot)} env0 {shlex_quote(dump)}"
+        else:
+            writer = (f'exec {shlex_quote(sys.executable)} -I -S -c "import os, sys; '
+                      f'open(sys.argv[1], \'wb\').write(b\'\\0\'.join(k.encode() + b\'=\' + v.encode() '
+                      f'for k, v in os.environb.items()) + b\'\\0\')" {shlex_quote(dump)}')
         script = (
             f'source {shlex_quote(self.spec["env_file"])} >/dev/null 2>&1 </dev/null; '
-            f'cd {shlex_quote(self.project)} 2>/dev/null; '
-            f'exec {shlex_quote(sys.executable)} -I -S -c '
-            f'"import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], \'w\'))" {shlex_quote(dump)}'
+            f'cd {shlex_quote(self.project)} 2>/dev/null; {writer}'
         )
         try:
-            subprocess.run(["/bin/bash", "--noprofile", "--norc", "-c", script], env=dict(os.environ),
+            subprocess.run(self.dropped(["/bin/bash", "--noprofile", "--norc", "-c", script]), env=dict(os.environ),
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           timeout=120, cwd="/", preexec_fn=drop_privileges)
-            self.env = load_json(dump)
+                           timeout=120, cwd="/")
+            with open(dump, "rb") as handle:
+                pairs = [item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item]
+            self.env = {k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape") for k, v in pairs}
         except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
             self.problem(f"could not read the environment from {self.spec['env_file']}: {exc}")
             return
@@ -434,9 +458,25 @@ class Verifier:
                 self.env[name] = healthy[name]
         self.env["PYTHONNOUSERSITE"] = "1"
         # Bytecode only from a fresh folder: a forged __pycache__/*.pyc can never be loaded.
-        self.env["PYTHONPYCACHEPREFIX"] = os.path.join(self.work, "pycache")
+        self.env["PYTHONPYCACHEPREFIX"] = self.pycache
 
-    # step 3
+    # steps 3 and 8
+    def check_system(self, when: str) -> None:
+        """The system roots of the healthy manifest match (but for the names allowed to vary)."""
+        healthy = self.manifest.get("system")
+        if not healthy:
+            self.problem("the healthy manifest has no system part (export the task again)")
+            return
+        start = time.monotonic()
+        changes = system.system_changes(healthy, self.skip, self.memo)
+        print(f"verifier: system checked {when} ({len(healthy)} roots) in {time.monotonic() - start:.2f}s", flush=True)
+        for path in changes:
+            self.problem(f"{when}, {path} differs from the healthy image (a system file was added, removed "
+                         "or modified)")
+        if not changes and when == "before the tests":
+            system.clear_bytecode(self.manifest.get("python_roots", sorted(healthy)), self.skip)
+
+    # step 4
     def restore_originals(self) -> None:
         for rel, info in sorted(self.spec["originals"].items()):
             src = os.path.join(HERE, "originals", rel)
@@ -462,7 +502,7 @@ class Verifier:
             if not os.access(current, os.W_OK | os.X_OK):
                 os.chmod(current, os.stat(current).st_mode | 0o700)
 
-    # step 4
+    # step 5
     def check_protected(self) -> None:
         originals = self.spec["originals"]
         for rel, digest in sorted(self.spec["protected"].items()):
@@ -549,7 +589,7 @@ class Verifier:
         self.check_runner()
         self.check_interpreter()
 
-    # step 5
+    # steps 6 and 7
     def run_tests(self, tests: list[str]) -> tuple[dict[str, list[str]], dict]:
         """(junit outcomes per node id, the guard's report) of one pytest run over `tests`."""
         if not tests:
@@ -557,19 +597,22 @@ class Verifier:
         junit = os.path.join(self.work, "junit.xml")
         guard = os.path.join(self.work, "guard.json")
         allowed = os.path.join(self.work, "allowed.json")
-        plugin_files = set(self.manifest["runner"]) | {os.path.join(HERE, "verifier_pytest.py")}
+        # The guard runs as a script from the fresh work folder: its folder is first on sys.path, and
+        # HERE may hold modules planted before the upload (a /tests/json.py would shadow json).
+        guard_script = os.path.join(self.work, "verifier_pytest.py")
+        shutil.copyfile(os.path.join(HERE, "verifier_pytest.py"), guard_script)
+        plugin_files = set(self.manifest["runner"]) | {guard_script}
         plugin_files |= {os.path.join(self.project, rel) for rel in self.spec["protected"]}
         plugin_files |= {os.path.join(self.project, rel) for rel in self.spec["originals"]}
         with open(allowed, "w", encoding="utf-8") as handle:
             json.dump({"plugin_files": sorted(os.path.realpath(p) for p in plugin_files),
                        "runner": sorted(os.path.realpath(p) for p in self.manifest["runner"])}, handle)
-        argv = [self.manifest["python"]["path"], os.path.join(HERE, "verifier_pytest.py"), guard, allowed, "--",
+        argv = [self.manifest["python"]["path"], guard_script, guard, allowed, "--",
                 *self.spec["pytest_args"], f"--junitxml={junit}", *REPORT_FLAGS, *tests]
         print(f"verifier: running {len(tests)} tests", flush=True)
         try:
-            done = subprocess.run(argv, cwd=self.project, env=self.env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=self.spec["timeout"], preexec_fn=drop_privileges)
+            done = subprocess.run(self.dropped(argv), cwd=self.project, env=self.env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=self.spec["timeout"])
             print(done.stdout.decode("utf-8", "replace")[-6000:], flush=True)
         except subprocess.TimeoutExpired:
             self.problem(f"the tests did not finish within {self.spec['timeout']}s")
@@ -594,15 +637,14 @@ class Verifier:
         listing = os.path.join(self.work, "probes.json")
         with open(listing, "w", encoding="utf-8") as handle:
             json.dump(probes, handle)
-        argv = [sys.executable, "-I", os.path.join(HERE, "probe.py"), listing]
+        argv = [sys.executable, "-I", "-X", f"pycache_prefix={self.pycache}", os.path.join(HERE, "probe.py"), listing]
         if self.manifest.get("image"):  # a Dockerized project: its CMD, ports and HEALTHCHECK
             argv.append(os.path.join(self.work, "image.json"))
             with open(argv[-1], "w", encoding="utf-8") as handle:
                 json.dump(self.manifest["image"], handle)
         try:
-            done = subprocess.run(argv, cwd=self.project,
-                                  env=self.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=600,
-                                  preexec_fn=drop_privileges)
+            done = subprocess.run(self.dropped(argv), cwd=self.project, env=self.env, stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=600)
             return json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
             self.problem(f"the derived probes did not run ({exc})")
@@ -610,23 +652,45 @@ class Verifier:
 
     # the whole run
     def score(self) -> int:
-        spec = self.spec
+        self.check_modules()
         killed = self.kill_strays()
         if killed:
             print(f"verifier: killed {killed} process(es) left running in the container", flush=True)
-        self.write_reward(0)
+        if self.verdict_fd is None:
+            self.write_reward(0)
+        self.lap("start")
         self.capture_env()
         self.kill_strays()  # whatever the rc file started
+        self.lap("environment")
+        self.check_system("before the tests")
+        self.lap("system")
         self.restore_originals()
-        self.static_checks()
+        self.static_checks()  # even on a changed system: each problem named helps the reader
+        self.lap("static checks")
         if self.problems:
             return self.finish({})
-        expected = spec["f2p"] + spec["p2p"]
+        expected = self.spec["f2p"] + self.spec["p2p"]
         tests = [t for t in expected if not t.startswith("probe::")]
         junit, guard = self.run_tests(tests)
-        probes = [p for p in spec["probes"] if p["id"] in set(expected)]
+        self.lap("tests")
+        probes = [p for p in self.spec["probes"] if p["id"] in set(expected)]
         raw = self.run_probes(probes)
+        self.lap("probes")
         self.kill_strays()
+        self.check_system("after the tests")
+        self.check_modules(final=True)
+        self.lap("system again")
+        return self.finish(self.verdicts(tests, probes, junit, guard, raw))
+
+    def lap(self, phase: str) -> None:
+        """Seconds since the last lap, by phase (printed at the end: what verifying costs)."""
+        now = time.monotonic()
+        self.laps[phase] = round(now - self.last_lap, 2)
+        self.last_lap = now
+
+    def verdicts(self, tests: list[str], probes: list[dict], junit: dict[str, list[str]], guard: dict,
+                 raw: dict[str, dict]) -> dict[str, str]:
+        """"passed" or what else happened, for every expected test id and probe."""
         verdicts: dict[str, str] = {}
         for test_id in tests:
             seen = junit.get(test_id, ["missing"])
@@ -638,9 +702,9 @@ class Verifier:
             same = got is not None and got["exit"] == probe["expected_exit"] and (
                 probe.get("expected_digest") is None or got["digest"] == probe["expected_digest"])
             verdicts[probe["id"]] = "passed" if same else ("missing" if got is None else f"failed (exit {got['exit']})")
-        for test_id in expected:
+        for test_id in self.spec["f2p"] + self.spec["p2p"]:
             verdicts.setdefault(test_id, "missing")
-        return self.finish(verdicts)
+        return verdicts
 
     def finish(self, verdicts: dict[str, str]) -> int:
         failing = {k: v for k, v in verdicts.items() if v != "passed"}
@@ -656,14 +720,22 @@ class Verifier:
                 json.dump(report, handle, indent=1)
         except OSError:
             pass
-        self.write_reward(1 if ok else 0)
         summary = "PASS" if ok else f"FAIL ({len(self.problems)} problem(s), {len(failing)} failing check(s))"
-        print(f"verifier: reward {int(ok)}: {summary}", flush=True)
-        if self.summary_line:
-            print("=" * 27 + " short test summary info " + "=" * 28)
-            print(f"{'PASSED' if ok else 'FAILED'} tests/verifier.py::test_environment_repaired", flush=True)
+        print("verifier: seconds by phase: " + ", ".join(f"{k} {v}" for k, v in self.laps.items()))
+        print(f"verifier: verdict {int(ok)}: {summary}", flush=True)
         shutil.rmtree(self.work, ignore_errors=True)
+        self.conclude(ok)
         return 0
+
+    def conclude(self, ok: bool) -> None:
+        """Hand the verdict over: to the boot tool's pipe (it writes the reward) or, in a development
+        run without it, to the reward file."""
+        if self.verdict_fd is None:
+            self.write_reward(1 if ok else 0)
+            return
+        os.write(self.verdict_fd, b"1\n" if ok else b"0\n")
+        os.close(self.verdict_fd)
+        self.verdict_fd = -1
 
 
 def remove(path: str) -> None:
@@ -744,26 +816,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect", action="store_true", help="print the healthy manifest and exit")
     parser.add_argument("--project", default="/sandbox/project")
     parser.add_argument("--venv", default="/sandbox/venv")
-    parser.add_argument("--no-kill", action="store_true", help="leave other processes alone (TB1's tmux)")
-    parser.add_argument("--summary-line", action="store_true",
-                        help="end with a pytest-style PASSED/FAILED summary line (TB1's pytest parser)")
+    parser.add_argument("--verdict-fd", type=int, default=None, help="write the verdict (1 or 0) to this pipe")
+    parser.add_argument("--boot", default=None, help="the static boot tool (commands run through `boot drop`)")
+    parser.add_argument("--kill", action="store_true", help="kill stray processes (inside a task container)")
     args = parser.parse_args(argv)
     if args.collect:
         return collect(args)
+    warm_up()
     verifier = None
     try:
-        verifier = Verifier(load_json(os.path.join(HERE, "spec.json")),
-                            load_json(os.path.join(HERE, "manifest.json")), args.reward, kill=not args.no_kill,
-                            summary_line=args.summary_line)
+        verifier = Verifier(load_json(os.path.join(HERE, "spec.json")), load_json(os.path.join(HERE, "manifest.json")),
+                            args.reward, kill=args.kill, boot=args.boot, verdict_fd=args.verdict_fd)
         return verifier.score()
-    except Exception as exc:  # any error scores 0: the reward file already says so
+    except Exception as exc:  # any error scores 0
         print(f"verifier: error: {type(exc).__name__}: {exc}", flush=True)
-        if args.summary_line:
-            print("=" * 27 + " short test summary info " + "=" * 28)
-            print("FAILED tests/verifier.py::test_environment_repaired - verifier error", flush=True)
-        if verifier is not None:
+        if verifier is not None and verifier.verdict_fd != -1:
             try:
-                verifier.write_reward(0)
+                verifier.conclude(False)
             except OSError:
                 pass
         return 0

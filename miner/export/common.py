@@ -14,8 +14,10 @@ script, environment file and variables):
                           profile, shell-hook.sh), constraints.txt (removed after the build)
       break.sh
       host-ca.crt         the host's CA bundle, when pip needs it to reach the index
-    tests/                test.sh and verifier.py (see miner/assets/verifier.py), the guard,
-                          probe.py, spec.json, manifest.json and originals/ (the test files)
+    tests/                test.sh, the static boot tool and the runtime list it checks
+                          (miner.export.trusted), verifier.py and verifier_system.py (see
+                          miner/assets/verifier.py), the guard, probe.py, spec.json,
+                          manifest.json and originals/ (the test files)
 
 Rule 8's evidence travels with every task (`evidence_metadata`), and so does the route its repair
 needs (`network_route`): no network at all, or the hosts of the package index (pip's, as the image
@@ -54,6 +56,7 @@ from miner.export.dockerized import (
 )
 from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, HealthyState, Project, Task, content_id
 from miner.sandbox.base import BuildSpec
+from miner.export.trusted import BOOT_NAME, RUNTIME_NAME, BootBuildError, boot_binary, runtime_text
 from miner.sandbox.docker import images, layout
 
 DEFAULT_BASE_IMAGE = images.BOOTSTRAP_TAG  # the image `miner images bootstrap` builds
@@ -292,27 +295,47 @@ def asset(name: str) -> bytes:
     return resources.files("miner").joinpath("assets", name).read_bytes()
 
 
+VERIFIER_ASSETS = ("verifier.py", "verifier_system.py")
+COLLECTOR_DIR = "/tmp/miner-verifier"
+# The collector runs the verifier as the boot tool will (isolated, no site, no bytecode, UTF-8 mode),
+# so that the runtime list it measures holds what scoring loads.
 COLLECT = (  # run with `bash -c`: bash reads the environment (~/.bashrc) through the image's BASH_ENV
     f"cd {PROJECT_DIR}; "
     "for py in /usr/bin/python3 /usr/local/bin/python3; do "
-    '[ -x "$py" ] && exec "$py" -I -S /tmp/miner-verifier.py --collect; done; '
+    f'[ -x "$py" ] && exec "$(readlink -f "$py")" -I -S -B -X utf8 {COLLECTOR_DIR}/verifier.py --collect; done; '
     "echo 'no system python3 in the image' >&2; exit 3"
 )
 
 
+def verifier_digest() -> str:
+    """What the healthy manifest depends on besides the image: the collector's code."""
+    return hashlib.sha256(b"".join(asset(name) for name in VERIFIER_ASSETS)).hexdigest()
+
+
 class ManifestCache:
-    """Healthy manifests by build-context hash: memory, then disk, then a build in Docker."""
+    """Healthy manifests by build-context hash: memory, then disk, then a build in Docker; and the
+    verifier's boot tool, compiled once (miner.export.trusted)."""
 
     def __init__(self, folder: Path, client=None) -> None:
         self.folder = Path(folder)
         self.client = client
         self.memory: dict[str, dict] = {}
         self.built = 0
+        self._boot: bytes | None = None
+
+    def boot(self) -> bytes:
+        """The static boot tool every exported verifier starts with."""
+        if self._boot is None:
+            try:
+                self._boot = boot_binary(self.folder.parent / "boot")
+            except BootBuildError as exc:
+                raise ExportError(str(exc)) from None
+        return self._boot
 
     def get(self, stage: str, files: dict[str, bytes]) -> dict:
         context = {k: v for k, v in files.items() if k != "break.sh"}
         build = content_id(stage, {k: hashlib.sha256(v).hexdigest() for k, v in sorted(context.items())}, length=24)
-        key = content_id(build, hashlib.sha256(asset("verifier.py")).hexdigest(), length=24)
+        key = content_id(build, verifier_digest(), length=24)
         if key in self.memory:
             return self.memory[key]
         path = self.folder / f"{key}.json"
@@ -373,11 +396,14 @@ def build_stage(client, context: Path, tag: str, image_labels: dict[str, str],
 
 
 def run_collector(client, image: str) -> dict:
-    """The verifier's --collect output in a fresh, network-less container of `image`."""
-    container = client.containers.create(image, ["bash", "-c", COLLECT], network_disabled=True,
+    """The verifier's --collect output in a fresh, network-less container of `image`, without
+    capabilities (as the verifier runs: a file only a capability could read is unreadable to both)."""
+    container = client.containers.create(image, ["bash", "-c", COLLECT], network_disabled=True, cap_drop=["ALL"],
+                                          security_opt=["no-new-privileges:true"],
                                           labels=images.labels("fork", purpose="export-manifest"))
     try:
-        container.put_archive("/tmp", images.tar_one("miner-verifier.py", asset("verifier.py")))
+        container.put_archive("/tmp", tar_files({f"{COLLECTOR_DIR.split('/')[-1]}/{name}": asset(name)
+                                                 for name in VERIFIER_ASSETS}))
         container.start()
         status = container.wait(timeout=MANIFEST_TIMEOUT)
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
@@ -387,6 +413,20 @@ def run_collector(client, image: str) -> dict:
         return json.loads(out.strip().splitlines()[-1])
     finally:
         container.remove(force=True)
+
+
+def tar_files(files: dict[str, bytes]) -> bytes:
+    """A tar of the given files (root-owned, readable by all) for put_archive."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 # -- the verifier's files ---------------------------------------------------------------------------
@@ -470,41 +510,39 @@ def verifier_spec(ts: TaskSource, originals: dict[str, Path]) -> dict:
 
 TEST_SH = """#!/bin/bash
 # Verifier of miner task {task_id}: writes {reward} (1 = repaired, 0 = not).
-# All checks live in verifier.py, run by the system interpreter in isolated mode; this wrapper
-# only makes sure that interpreter is the healthy one. Any error leaves the reward at 0.
-mkdir -p {reward_dir}
-rm -rf {reward_dir}/reward.json {reward}
-echo 0 > {reward}
-PY={python}
-want={sha}
-have=$(sha256sum "$(readlink -f "$PY")" 2>/dev/null | cut -d' ' -f1)
-if [ "$have" != "$want" ]; then
-    echo "verifier: $PY is missing or is not the healthy interpreter: reward 0"{refused}
-else
-    "$PY" -I -S {tests}/verifier.py --reward {reward}{extra}
-fi
+# tests/boot (a static program built from miner's boot.c: no file of this container runs inside
+# it) kills stray processes, checks the interpreter and everything it loads against the healthy
+# image (tests/runtime.txt), runs tests/verifier.py with it and writes the reward itself, once.
+shopt -s execfail
+exec {tests}/boot score --list {tests}/runtime.txt --reward {reward} --python {python} \\
+    --deadline {deadline}{options} -- {tests}/verifier.py --reward {reward}
+echo "verifier: cannot start {tests}/boot: reward 0"{refused}
+mkdir -p {reward_dir} && echo 0 > {reward}
 """
 
 
 def test_script(ts: TaskSource, manifest: dict, reward: str = "/logs/verifier/reward.txt",
-                tests_dir: str = "/tests", extra: str = "", refused: str = "") -> str:
-    """The verifier's shell entry point; `extra` is appended to verifier.py's arguments and
-    `refused` (lines) runs when the interpreter is not the healthy one."""
-    system = manifest["system_python"]
+                tests_dir: str = "/tests", options: str = " --kill-ancestors", refused: str = "") -> str:
+    """The verifier's shell entry point: it hands over to the boot tool at once. `options` are the
+    boot tool's (see boot.c), `refused` lines run when the boot tool cannot start."""
+    python = manifest["system_python"]
+    deadline = int(verifier_timeout(ts.task)) - 30  # the harness's own limit comes after
     return TEST_SH.format(task_id=ts.task.id, reward=reward, reward_dir=os.path.dirname(reward),
-                          python=shlex.quote(system["path"]), sha=system["sha256"], tests=tests_dir, extra=extra,
-                          refused=refused)
+                          python=shlex.quote(python["real"]), tests=tests_dir, deadline=deadline,
+                          options=options, refused=refused)
 
 
-def verifier_files(ts: TaskSource, manifest: dict) -> dict[str, bytes]:
-    """tests/ without test.sh: the verifier, its guard, probe runner, spec, manifest and originals."""
+def verifier_files(ts: TaskSource, manifest: dict, boot: bytes) -> dict[str, bytes]:
+    """tests/ without test.sh: the boot tool and its runtime list, the verifier, its guard, probe
+    runner, spec, manifest (without the runtime list) and originals."""
     originals = test_files(ts)
     files = {
-        "verifier.py": asset("verifier.py"),
-        "verifier_pytest.py": asset("verifier_pytest.py"),
-        "probe.py": asset("probe.py"),
+        BOOT_NAME: boot,
+        RUNTIME_NAME: runtime_text(manifest).encode(),
+        **{name: asset(name) for name in (*VERIFIER_ASSETS, "verifier_pytest.py", "probe.py")},
         "spec.json": json.dumps(verifier_spec(ts, originals), indent=1, sort_keys=True).encode(),
-        "manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode(),
+        "manifest.json": json.dumps({k: v for k, v in manifest.items() if k != "runtime"}, indent=1,
+                                    sort_keys=True).encode(),
     }
     files |= {f"originals/{rel}": path.read_bytes() for rel, path in originals.items()}
     return files
@@ -570,6 +608,7 @@ def solve_script(task: Task) -> str:
 
 
 EXECUTABLE = (".sh",)
+EXECUTABLE_NAMES = {BOOT_NAME}  # the harnesses copy tests/ keeping modes; test.sh execs it directly
 
 
 def write_files(root: Path, files: dict[str, bytes | str]) -> None:
@@ -577,7 +616,7 @@ def write_files(root: Path, files: dict[str, bytes | str]) -> None:
         path = root.joinpath(*PurePosixPath(rel).parts)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data.encode() if isinstance(data, str) else data)
-        path.chmod(0o755 if rel.endswith(EXECUTABLE) else 0o644)
+        path.chmod(0o755 if rel.endswith(EXECUTABLE) or path.name in EXECUTABLE_NAMES else 0o644)
 
 
 def read_tree(root: Path) -> dict[str, bytes]:

@@ -7,8 +7,10 @@
       environment/          Dockerfile + build context (see miner.export.common), and a
                             docker-compose.yaml dropping every capability of the container (and
                             its network, when the repair's evidence is all inside the environment)
-      tests/test.sh         writes /logs/verifier/reward.txt: 0 first, 1 only when verifier.py agrees
-      tests/...             verifier.py, verifier_pytest.py, probe.py, spec.json, manifest.json, originals/,
+      tests/test.sh         execs tests/boot, which checks the verifier's runtime, runs verifier.py and
+                            writes /logs/verifier/reward.txt once, last (1 only when verifier.py agrees)
+      tests/...             boot, runtime.txt, verifier.py, verifier_system.py, verifier_pytest.py,
+                            probe.py, spec.json, manifest.json, originals/,
                             solver_view.json (the instruction's command as `miner check` runs it)
       solution/solve.sh     the validated fix script
 
@@ -139,7 +141,7 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
         "solution/solve.sh": solve_script(ts.task).encode(),
     }
     files |= {f"environment/{k}": v for k, v in context.items()}
-    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest).items()}
+    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest, manifests.boot()).items()}
     files |= {f"tests/{k}": v for k, v in solver_view_file(ts, manifest).items()}
     return files
 

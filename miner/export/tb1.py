@@ -69,8 +69,8 @@ COMPOSE = """services:
 """
 
 SUMMARY_FAILED = (
-    '\n    echo "=========================== short test summary info ============================"'
-    '\n    echo "FAILED tests/verifier.py::test_environment_repaired - the interpreter was replaced"'
+    '\necho "=========================== short test summary info ============================"'
+    '\necho "FAILED tests/verifier.py::test_environment_repaired - the verifier could not start"'
 )
 
 
@@ -100,10 +100,10 @@ def task_yaml(ts: TaskSource, pip_env: dict[str, str] | None = None) -> str:
 def run_tests(ts: TaskSource, manifest: dict) -> str:
     """run-tests.sh: the Harbor test.sh, printing its verdict as a pytest summary line for TB1's parser.
 
-    verifier.py prints the line itself (--summary-line), right after deciding, so nothing can
-    change the verdict between the decision and the output the harness parses.
+    The boot tool prints the line itself (--summary-line), right after writing the reward, so the
+    output the harness parses says what the reward file says.
     """
-    script = test_script(ts, manifest, reward=REWARD, tests_dir='"$TEST_DIR"', extra=" --no-kill --summary-line",
+    script = test_script(ts, manifest, reward=REWARD, tests_dir='"$TEST_DIR"', options=" --no-kill --summary-line",
                          refused=SUMMARY_FAILED)
     return script.replace("#!/bin/bash\n", '#!/bin/bash\nTEST_DIR="${TEST_DIR:-/tests}"\n', 1)
 
@@ -123,7 +123,7 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
         "solution.sh": solve_script(ts.task).encode(),
     }
     files |= {f"environment/{k}": v for k, v in context.items()}
-    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest).items()}
+    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest, manifests.boot()).items()}
     return files
 
 
