@@ -334,7 +334,7 @@ def sample_target(itype: InversionType) -> Target:
     Kinds without a hand-written sample (container-only ones) get every `target.attrs.NAME`
     their templates use, so any catalogue type, present or future, can be rendered.
     """
-    text = itype.summary + itype.break_script + itype.fix_script
+    text = itype.summary + itype.break_script + itype.fix_script + "".join(e.detail for e in itype.evidence)
     attrs = {name: "644" if name == "mode" else f"sample-{name}" for name in re.findall(r"target\.attrs\.(\w+)", text)}
     attrs |= {k: v[0] if isinstance(v, list) else v for k, v in itype.preconditions.items()
               if k != "context" and not k.startswith(("min_", "max_"))}

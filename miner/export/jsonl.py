@@ -2,7 +2,8 @@
 
 Fields: instance_id, repo, base_commit, environment_setup_commit, FAIL_TO_PASS, PASS_TO_PASS
 (JSON-encoded lists, as in the SWE-bench datasets), problem_statement, hints_text, created_at,
-version, plus miner's own: inversion_type, inversion_family, target, difficulty,
+version, plus miner's own: inversion_type, inversion_family, inversion_category, compound_parts,
+instruction_variant (which instruction problem_statement holds), target, difficulty,
 difficulty_score, dockerfile, break_script, fix_script, test_command, probes, summary.
 
 `dockerfile` builds the broken environment with a checkout of repo@base_commit as its build
@@ -18,7 +19,15 @@ import uuid
 from pathlib import Path
 
 from miner import __version__
-from miner.export.common import ENV_FILE, ExportOptions, PipForwarding, TaskSource, final_lines, healthy_stage
+from miner.export.common import (
+    ENV_FILE,
+    ExportOptions,
+    PipForwarding,
+    TaskSource,
+    final_lines,
+    healthy_stage,
+    instruction,
+)
 from miner.export.registry import RecordsFormat, register
 from miner.sandbox.docker.layout import break_dockerfile
 
@@ -42,7 +51,8 @@ def task_record(ts: TaskSource, options: ExportOptions) -> dict:
         "repo": task.repo,
         "base_commit": task.commit,
         "environment_setup_commit": task.commit,
-        "problem_statement": task.instruction,
+        "problem_statement": instruction(ts),
+        "instruction_variant": ts.variant,
         "hints_text": "",
         "created_at": task.created,
         "version": __version__,
@@ -50,6 +60,8 @@ def task_record(ts: TaskSource, options: ExportOptions) -> dict:
         "PASS_TO_PASS": json.dumps(task.p2p),
         "inversion_type": task.type_id,
         "inversion_family": task.family,
+        "inversion_category": task.category,
+        "compound_parts": json.dumps([{"type": p.type_id, "target": p.target.key} for p in task.parts]),
         "target": task.target.key,
         "summary": task.summary,
         "difficulty": task.difficulty,
