@@ -20,6 +20,7 @@ import networkx as nx
 
 from miner import graph as graphs
 from miner.catalogue import load_catalogue, select_types
+from miner.compound import CompoundOptions, build_compounds
 from miner.disk import LowDisk, check_free_space
 from miner.healthy import RAW_KINDS, SkipProject
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
@@ -57,6 +58,8 @@ class CrawlOptions:
     min_free_gb: float = 5.0  # the crawl stops when the store's file system has less free (0: never)
     inverter: str = "procedural"  # procedural | agent | both
     agent: AgentOptions | None = None  # the model client and the agent's limits (agent, both)
+    compound: int = 0  # stack this many validated inversions into compound tasks (0: none)
+    compound_budget: int = 5  # compound candidates tried per project
 
 
 @dataclass
@@ -74,6 +77,8 @@ class ProjectReport:
     by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [tried, validated]
     stopped: bool = False  # skipped because the disk ran low: the crawl as a whole failed
     tokens: int = 0  # model tokens spent by the agent (cache hits cost none)
+    compound_tried: int = 0  # compound candidates (miner.compound)
+    compound_validated: int = 0
 
 
 @dataclass
@@ -169,6 +174,11 @@ def _mine_project(prepared: Prepared, store: Store, types: list[InversionType], 
         phase(f"{name}: {_result(_try(ctx, project, store, inversion, by_id[inversion.type_id], report, graph))}")
     if options.inverter in ("agent", "both") and options.agent is not None:
         _mine_with_agent(ctx, project, store, types, options, report, graph, extra_targets, phase)
+    if options.compound > 1:
+        phase(f"stacking {options.compound} validated inversions into compound tasks")
+        found = build_compounds(ctx, project, store, graph, by_id, CompoundOptions(
+            k=options.compound, budget=options.compound_budget, seed=options.seed), say=phase)
+        report.compound_tried, report.compound_validated = found.tried, found.validated
 
 
 def _mine_with_agent(ctx: Context, project: Project, store: Store, types: list[InversionType], options: CrawlOptions,
@@ -278,7 +288,7 @@ def _try(ctx: Context, project: Project, store: Store, inversion: Inversion, ity
         task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, graph)
         task.model, task.evidence = model, list(inversion.evidence)
         if instruct is not None:
-            task.instruction = instruct(task, candidate, ctx.state)
+            task.instruction = task.instructions["symptom"] = instruct(task, candidate, ctx.state)
         store.add_task(task, task_files(task, ctx.state, candidate))
         symptom = (task.family, frozenset(task.f2p))
         ctx.symptoms[symptom] = ctx.symptoms.get(symptom, 0) + 1

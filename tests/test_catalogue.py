@@ -16,11 +16,14 @@ from miner.models import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_FAMILIES = {"deps", "config", "data", "fs", "env"}  # the families every backend can run
+CONTAINER_FAMILIES = {"system", "service"}  # what lies beneath the project: containers only
 
 SAMPLE_CONTEXT = {
     "original_b64": "aGVsbG8K", "mode": "644", "size": 40, "dist": "six", "version": "1.17.0",
     "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "broken_b64": "aGVsbAo=",
-    "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution",
+    "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution", "old_version": "1.16.0",
+    "conflict_version": "1.4.1", "required_by": "python-dateutil", "specifier": ">=1.5", "user_key": "server.port",
+    "user_b64": "aGVsbAo=", "user_value": '"8080"',
 }
 
 
@@ -59,8 +62,11 @@ def test_catalogue_has_enough_types_and_families():
         assert type_id == itype.id == f"{itype.family}/{type_id.split('/', 1)[1]}"
         if itype.family in LOCAL_FAMILIES:
             assert set(itype.backends) == {"local", "docker"}
-        else:
+        elif itype.family in CONTAINER_FAMILIES:
             assert itype.backends == ["docker"]
+        else:  # the venv, state, network and user settings: both, unless the type edits the system's /etc
+            edits_etc = bool(re.search(r"(sed -i|>) ?['\"]?/etc/|F=/etc/", itype.break_script))
+            assert "docker" in itype.backends and ("local" in itype.backends) != edits_etc, itype.id
         assert itype.description and itype.summary
 
 
@@ -87,7 +93,7 @@ def test_network_flags_follow_index_use():
             needs = bool(uses_index.search(getattr(itype, f"{step}_script")))
             if needs:
                 assert itype.network.get(step), f"{itype.id}: {step} uses the index without network"
-            elif itype.family in LOCAL_FAMILIES:
+            elif itype.family not in CONTAINER_FAMILIES:
                 assert not itype.network.get(step), f"{itype.id}: {step} asks for network it does not use"
 
 
