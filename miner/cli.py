@@ -581,7 +581,8 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
     store = open_store(ctx, create=True)
     agent = None
     if compound == 1:
-        raise click.BadParameter("a compound task stacks at least 2 inversions (0 builds none)", param_hint="--compound")
+        raise click.BadParameter("a compound task stacks at least 2 inversions (0 builds none)",
+                                 param_hint="--compound")
     if inverter != "procedural":
         settings = AgentSettings(goals=agent_goals, rounds=agent_rounds, steps=agent_steps, goal_tokens=goal_tokens)
         agent = AgentOptions(make_client(store, model, seed, token_budget, **llm), settings, model_instructions)

@@ -31,7 +31,8 @@ def task(tid: str, type_id: str, target: Target, f2p: list[str], score: float = 
     itype = CATALOGUE[type_id]
     return Task(id=tid, repo="r", commit="c", source=Source(raw="x", kind="local", location="/x"), type_id=type_id,
                 family=itype.family, category=itype.category, target=target, summary=f"summary of {tid}",
-                break_script=f"set -euo pipefail\necho break {tid}\n", fix_script=f"set -euo pipefail\necho fix {tid}\n",
+                break_script=f"set -euo pipefail\necho break {tid}\n",
+                fix_script=f"set -euo pipefail\necho fix {tid}\n",
                 f2p=f2p, p2p=["t::ok"], difficulty_score=score, graph_depth=depth,
                 evidence=[Evidence(kind="reversible", detail=f"evidence of {tid}")], **kw)
 
@@ -123,6 +124,7 @@ def test_difficulty_rises_with_parts_and_depth() -> None:
 
 # -- real crawls ------------------------------------------------------------------------------------
 
+CA_OVERRIDE = "env.SSL_CERT_FILE=/sandbox/project/certs/dev-ca.pem"
 PART_TYPES = "state/stale-lock,env/tz-elsewhere,net/http-proxy-dead,deps/submodule-deleted"
 
 
@@ -130,7 +132,7 @@ PART_TYPES = "state/stale-lock,env/tz-elsewhere,net/http-proxy-dead,deps/submodu
 def compound_store(tmp_path_factory) -> Path:
     """A store with stocksync's single tasks of four types and the compounds `crawl --compound 2` made."""
     base = tmp_path_factory.mktemp("compound")
-    repos = write_repos(base / "repos.txt", [f"{FIXTURES / 'stocksync'} env.SSL_CERT_FILE=/sandbox/project/certs/dev-ca.pem"])
+    repos = write_repos(base / "repos.txt", [f"{FIXTURES / 'stocksync'} {CA_OVERRIDE}"])
     store = base / "store"
     done = run_miner(store, "crawl", "--repos", repos, "--types", PART_TYPES, "--budget", "6",
                      "--compound", "2", "--compound-budget", "2")
