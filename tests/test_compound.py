@@ -188,25 +188,36 @@ def test_compound_command_builds_from_stored_tasks(compound_store: Path) -> None
 
 @pytest.mark.slow
 def test_overlapping_parts_are_refused(compound_store: Path) -> None:
-    """Two parts whose fixes both reinstall python-dateutil: with one fixed, the other's symptom is gone."""
+    """Two deleted files of python-dateutil: either part's fix reinstalls the whole distribution, so
+    with one part fixed the other's symptom is gone too (and the graph puts them on one branch)."""
     from miner.compound import judge
     from miner.graph import build_graph
+    from miner.inverters.procedural import ProceduralInverter
+    from miner.inverters.targets import enumerate_targets
     from miner.prepare import prepare
     from miner.sandbox.local import LocalBackend
     from miner.store import Store
-    from miner.validate import Context, healthy_manifest
+    from miner.tasks import make_task
+    from miner.validate import Context, healthy_manifest, validate
 
+    itype = CATALOGUE["deps/submodule-deleted"]
     with Store(compound_store) as store:
-        tasks = [t for t in store.list_tasks(type_spec="deps/submodule-deleted") if t.target.attrs["dist"] ==
-                 "python-dateutil"]
-        assert len(tasks) >= 2, [t.target.key for t in store.list_tasks()]
+        source = store.list_tasks()[0]
         backend = LocalBackend()
-        prepared = prepare(tasks[0].source, backend, store, commit=tasks[0].commit)
-        assert not stand_apart(tasks[0], tasks[1], build_graph(prepared.project, prepared.state))
-        ctx = Context(backend, prepared.env, prepared.state, healthy_manifest(backend, prepared.env))
-        parts = tasks[:2]
-        candidate = judge(ctx, compound_inversion(parts, CATALOGUE), parts, CATALOGUE)
+        prepared = prepare(source.source, backend, store, commit=source.commit)
+    project, state = prepared.project, prepared.state
+    ctx = Context(backend, prepared.env, state, healthy_manifest(backend, prepared.env))
+    targets = {t.key: t for t in enumerate_targets(project, state)}
+    parts = []
+    for key in ("submodule:dateutil.parser", "submodule:dateutil.tz"):
+        inversion = ProceduralInverter([itype]).apply(project, state, targets[key], itype)
+        candidate = validate(ctx, inversion)
+        assert candidate.status == "validated", candidate.detail
+        parts.append(make_task(project, state, candidate, itype, backend.name))
+    assert not stand_apart(parts[0], parts[1], build_graph(project, state))
+    candidate = judge(ctx, compound_inversion(parts, CATALOGUE), parts, CATALOGUE)
     assert (candidate.status, candidate.rule) == ("rejected", "overlapping-parts"), candidate.detail
+    assert "another part's fix repairs its symptom" in candidate.detail
 
 
 @pytest.mark.slow
