@@ -5,6 +5,7 @@ package as `miner.catalogue_data`. Its id is "<family>/<name>", taken from the p
 holds the fields of `miner.models.InversionType` except id and family:
 
     description: what the break does
+    category: python-environment | dependencies | compatibility | ...   # CATEGORIES
     target: distribution | module | config | data | script | envvar | ...
     preconditions: {attr: value, min_attr: n, context: [provider, ...]}   # see inversions/README.md
     backends: [local, docker]
@@ -27,6 +28,7 @@ Usage:
     catalogue = load_catalogue()
     types = select_types(catalogue, "deps,config/syntax-error")
     inversion = render(catalogue["deps/uninstall"], target, {"version": "1.17.0"})
+    type_ids = types_in_categories(catalogue, ["network-security"])   # what a category filter keeps
 """
 
 from __future__ import annotations
@@ -51,6 +53,28 @@ REPO_DIR = Path(__file__).resolve().parent.parent / "inversions"
 BACKENDS = {"local", "docker"}
 NETWORK_KEYS = {"break", "fix"}
 EVIDENCE_KINDS = get_args(EvidenceKind)
+# What kind of real breakage a type stands for (the categories tasks are filtered and counted by).
+CATEGORIES = {
+    "python-environment": "the virtual environment and how the interpreter starts (links, pyvenv.cfg, "
+                          "console-script shebangs, .pth files, sitecustomize, bytecode, PYTHONPATH/PYTHONHOME)",
+    "dependencies": "installed distributions and their files",
+    "compatibility": "versions, wheels, platforms and interpreter settings that do not fit together "
+                     "(requirement conflicts, foreign wheels, warnings, locale, time zone, optimisation)",
+    "network-security": "what the code's network use depends on: TLS trust, proxies, name resolution",
+    "concurrency-state": "run-time state: lock and PID files, databases, caches",
+    "configuration": "configuration the program reads, the project's own and the user's (~/.config, "
+                     "XDG_CONFIG_HOME, pip's), and the variables it reads",
+    "data-files": "data files the program reads",
+    "filesystem": "permissions, links and deleted files",
+    "system-libraries": "shared libraries, Debian packages, the dynamic loader, locale and time zone data",
+    "interpreter-stdlib": "the interpreter and its standard library (containers)",
+    "services": "a Dockerized service's configuration and dependencies",
+}
+# A type file that names no category (a learned one) gets its family's.
+FAMILY_CATEGORY = {"deps": "dependencies", "config": "configuration", "data": "data-files", "fs": "filesystem",
+                   "env": "configuration", "system": "system-libraries", "service": "services",
+                   "virtualenv": "python-environment", "state": "concurrency-state", "net": "network-security",
+                   "home": "configuration"}
 
 
 class CatalogueError(Exception):
@@ -65,6 +89,7 @@ class TypeFile(BaseModel):
     id: str | None = None  # optional; must agree with the path when given
     family: str | None = None
     description: str
+    category: str | None = None  # CATEGORIES; default: the family's (FAMILY_CATEGORY)
     target: TargetKind
     preconditions: dict[str, Any] = {}
     backends: list[str] = ["local", "docker"]
@@ -91,6 +116,13 @@ class TypeFile(BaseModel):
             if item.kind not in EVIDENCE_KINDS and "{{" not in item.kind:
                 raise ValueError(f"evidence kind must be among {', '.join(EVIDENCE_KINDS)} (or a template), "
                                  f"got {item.kind!r}")
+        return value
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, value: str | None) -> str | None:
+        if value is not None and value not in CATEGORIES:
+            raise ValueError(f"category must be one of {', '.join(CATEGORIES)}, got {value!r}")
         return value
 
     @field_validator("network")
@@ -160,6 +192,7 @@ def load_type(type_id: str, text: str, origin: str) -> InversionType:
         except jinja2.TemplateSyntaxError as exc:
             raise CatalogueError(f"{origin}: {field}: template syntax error line {exc.lineno}: {exc.message}") from exc
     fields = data.model_dump(exclude={"id", "family"})
+    fields["category"] = data.category or FAMILY_CATEGORY.get(family, "configuration")
     try:
         return InversionType(id=type_id, family=family, **fields)
     except ValidationError as exc:
@@ -205,6 +238,15 @@ def select_types(catalogue: dict[str, InversionType], spec: str | None) -> list[
 def _template(text: str) -> jinja2.Template:
     """A template compiled once: every candidate of every project renders the same few texts."""
     return ENV.from_string(text)
+
+
+def types_in_categories(catalogue: dict[str, InversionType], categories: Iterable[str]) -> set[str]:
+    """Ids of the types in any of the categories; an unknown category is a CatalogueError."""
+    wanted = set(categories)
+    unknown = sorted(wanted - set(CATEGORIES))
+    if unknown:
+        raise CatalogueError(f"unknown category {unknown[0]!r} (categories: {', '.join(CATEGORIES)})")
+    return {t.id for t in catalogue.values() if t.category in wanted}
 
 
 def _render_one(itype: InversionType, field: str, variables: dict[str, Any], text: str | None = None) -> str:

@@ -4,10 +4,11 @@ Nothing pipeline-related lives here. Each command is a self-contained function t
 what it needs from the `--store` root held (read-only) in the click context; new verbs are
 added as one more `@main.command()` function.
 
-    miner [--store DIR] tasks list [--type T] [--repo R] [--json]
+    miner [--store DIR] tasks list [--type T] [--category C] [--repo R] [--json]
     miner [--store DIR] tasks show ID [--json]
     miner [--store DIR] stats [--json]
-    miner inversions [--family F] [--json]
+    miner [--store DIR] compound --k K [--repo R] [--budget N]
+    miner inversions [--family F] [--category C] [--json]
     miner inversions learn TASK_ID --model NAME [--out DIR]
     miner crawl [--inverter procedural|agent|both --model NAME ...]
     miner discover --pypi NAMES_FILE | --github QUERY [--out FILE] [--limit N] [--json]
@@ -198,6 +199,8 @@ def task_row(task: Task) -> dict[str, Any]:
         "repo": task.repo,
         "commit": task.commit,
         "target": task.target.key,
+        "category": task.category,
+        "parts": [p.type_id for p in task.parts],
         "difficulty": task.difficulty,
         "f2p_count": len(task.f2p),
         "p2p_count": len(task.p2p),
@@ -220,6 +223,15 @@ def check_type_specs(store: Store, specs: list[str]) -> None:
                                    f"(families: {', '.join(sorted(families))})")
 
 
+def category_type_ids(categories: list[str] | tuple[str, ...]) -> set[str] | None:
+    """The catalogue's type ids in any of the categories (None: no category filter)."""
+    if not categories:
+        return None
+    from miner.catalogue import load_catalogue, types_in_categories
+
+    return types_in_categories(load_catalogue(), categories)
+
+
 def check_repo(store: Store, repo: str | None) -> None:
     """A --repo filter that matched nothing names a repo the store knows, or this is an error."""
     known = {p["repo"] for p in store.projects()} | {t.repo for t in store.list_tasks()}
@@ -230,20 +242,26 @@ def check_repo(store: Store, repo: str | None) -> None:
 
 @tasks.command("list")
 @click.option("--type", "type_spec", metavar="T", help="Exact type id (deps/uninstall) or family (deps).")
+@click.option("--category", "categories", multiple=True, metavar="C",
+              help="A category of the catalogue (network-security, ...; repeatable): its types' tasks, and "
+                   "compound tasks with a part of one.")
 @click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
 @click.option("--difficulty", type=click.Choice(DIFFICULTIES), help="Exact difficulty.")
 @evidence_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_context
 def tasks_list(
-    ctx: click.Context, type_spec: str | None, repo: str | None, difficulty: str | None, evidence: tuple[str, ...],
-    offline: bool, as_json: bool
+    ctx: click.Context, type_spec: str | None, categories: tuple[str, ...], repo: str | None,
+    difficulty: str | None, evidence: tuple[str, ...], offline: bool, as_json: bool
 ) -> None:
     """List stored tasks, optionally filtered."""
+    type_ids = category_type_ids(categories)
     with open_store(ctx) as store:
         if type_spec:
             check_type_specs(store, [type_spec])
         found = store.list_tasks(type_spec=type_spec, repo=repo, difficulty=difficulty)
+        if type_ids is not None:
+            found = [t for t in found if set(t.type_ids) & type_ids]
         if not found:
             check_repo(store, repo)
         found = [task for task in found if evidence_filter(evidence, offline)(task)]
@@ -289,7 +307,8 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         ("repo", task.repo),
         ("commit", task.commit),
         ("source", task.source.raw),
-        ("type", f"{task.type_id} (family {task.family})"),
+        ("type", f"{task.type_id} (family {task.family}, category {task.category or '-'})"),
+        ("parts", "; ".join(f"{p.type_id} on {p.target.key} ({len(p.f2p)} f2p)" for p in task.parts)),
         ("target", task.target.key + (f"  [{task.target.path}]" if task.target.path else "")),
         ("summary", task.summary),
         ("difficulty", f"{task.difficulty} ({task.difficulty_score:.2f})"),
@@ -314,6 +333,9 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     print_block(console, "break.sh", task.break_script, "bash")
     print_block(console, "fix.sh", task.fix_script, "bash")
     print_block(console, "instruction", task.instruction or "(none)")
+    for variant, text in sorted(task.instructions.items()):
+        if variant != "symptom":
+            print_block(console, f"instruction ({variant})", text)
 
 
 # -- stats ------------------------------------------------------------------------------------
@@ -370,9 +392,29 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         by_rule.add_row(rule, str(n))
     print_table(console, by_rule)
     print_table(console, counts_table("per inversion type", "type", numbers["by_type"], extra=False))
+    print_table(console, counts_table("per category", "category", by_category(numbers["by_type"]), extra=False))
     print_table(console, counts_table("per project", "repo", numbers["by_project"], extra=True))
     if numbers["llm"]["calls"]:
         print_llm_stats(console, numbers["llm"])
+
+
+def by_category(by_type: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The per-type counts summed per category of the catalogue (compound types: "compound")."""
+    from miner.catalogue import load_catalogue
+
+    catalogue = load_catalogue()
+    buckets: dict[str, dict[str, Any]] = {}
+    for type_id, counts in by_type.items():
+        category = "compound" if type_id.startswith("compound/") else (
+            catalogue[type_id].category if type_id in catalogue else "other")
+        bucket = buckets.setdefault(category, {"tried": 0, "validated": 0, "rejected": 0, "by_rule": {}})
+        for key in ("tried", "validated", "rejected"):
+            bucket[key] += counts[key]
+        for rule, n in counts["by_rule"].items():
+            bucket["by_rule"][rule] = bucket["by_rule"].get(rule, 0) + n
+    for bucket in buckets.values():
+        bucket["yield"] = bucket["validated"] / bucket["tried"] if bucket["tried"] else 0.0
+    return buckets
 
 
 def print_llm_stats(console: Any, llm: dict[str, Any]) -> None:
@@ -409,6 +451,7 @@ def print_llm_stats(console: Any, llm: dict[str, Any]) -> None:
 
 @main.group(invoke_without_command=True)
 @click.option("--family", metavar="F", help="Only this family (deps, config, data, fs, env, ...).")
+@click.option("--category", metavar="C", help="Only this category (python-environment, network-security, ...).")
 @click.option(
     "--catalogue-dir",
     "extra_dirs",
@@ -418,9 +461,10 @@ def print_llm_stats(console: Any, llm: dict[str, Any]) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the types (with templates) as JSON.")
 @click.pass_context
-def inversions(ctx: click.Context, family: str | None, extra_dirs: tuple[Path, ...], as_json: bool) -> None:
+def inversions(ctx: click.Context, family: str | None, category: str | None, extra_dirs: tuple[Path, ...],
+               as_json: bool) -> None:
     """List the catalogue of inversion types (`inversions learn` makes new ones from agent tasks)."""
-    from miner.catalogue import load_catalogue  # lazy: keeps `miner --help` fast
+    from miner.catalogue import load_catalogue, types_in_categories  # lazy: keeps `miner --help` fast
 
     if ctx.invoked_subcommand is not None:
         return
@@ -433,11 +477,15 @@ def inversions(ctx: click.Context, family: str | None, extra_dirs: tuple[Path, .
             raise click.ClickException(
                 f"no inversion types in family {family!r} (families: {', '.join(families)})"
             )
+    if category:
+        chosen = types_in_categories(catalogue, [category])
+        types = [t for t in types if t.id in chosen]
     if as_json:
         print_json([t.model_dump(mode="json") for t in types])
         return
     table = Table(title=f"{len(types)} inversion type(s)")
     table.add_column("id", no_wrap=True)
+    table.add_column("category", no_wrap=True)
     table.add_column("target")
     table.add_column("backends")
     table.add_column("whole suite")
@@ -445,7 +493,7 @@ def inversions(ctx: click.Context, family: str | None, extra_dirs: tuple[Path, .
     table.add_column("description", overflow="fold")
     for t in types:
         evidence = ",".join("(per target)" if "{{" in e.kind else e.kind for e in t.evidence) or "none"
-        table.add_row(t.id, t.target, ",".join(t.backends), "yes" if t.whole_suite else "", evidence,
+        table.add_row(t.id, t.category, t.target, ",".join(t.backends), "yes" if t.whole_suite else "", evidence,
                       escape(t.description))
     print_table(make_console(), table)
 
@@ -535,13 +583,18 @@ def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, r
               help="Submissions per goal (a rejection is explained and may be revised).")
 @click.option("--agent-steps", type=click.IntRange(min=1), default=12, show_default=True, help="Model calls per goal.")
 @click.option("--model-instructions", is_flag=True, help="Agent tasks get a model-written instruction (leak-checked).")
+@click.option("--compound", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
+              help="Also stack K validated inversions of each project into compound tasks (0: none).")
+@click.option("--compound-budget", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Compound candidates tried per project.")
 @click.pass_context
 def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo: int | None,
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
           catalogue_dirs: tuple[Path, ...], inverter: str, model: str | None, token_budget: int | None,
           goal_tokens: int, agent_goals: int, agent_rounds: int, agent_steps: int, model_instructions: bool,
           per_symptom: int, min_free_gb: float, executor: str, address: str | None, batch_size: int,
-          cache_dir: Path | None, cache_limit_gb: float | None, **llm: Any) -> None:
+          cache_dir: Path | None, cache_limit_gb: float | None, compound: int, compound_budget: int,
+          **llm: Any) -> None:
     """Mine repair tasks from every source of a repos file.
 
     On a terminal a live line per project; in a pipe one timestamped line per phase and per
@@ -567,6 +620,9 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
     console = make_console()
     store = open_store(ctx, create=True)
     agent = None
+    if compound == 1:
+        raise click.BadParameter("a compound task stacks at least 2 inversions (0 builds none)",
+                                 param_hint="--compound")
     if inverter != "procedural":
         settings = AgentSettings(goals=agent_goals, rounds=agent_rounds, steps=agent_steps, goal_tokens=goal_tokens)
         agent = AgentOptions(make_client(store, model, seed, token_budget, **llm), settings, model_instructions)
@@ -574,13 +630,62 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
                            jobs=jobs, backend=backend, select=select, timeout=timeout, inverter=inverter,
                            agent=agent, catalogue_dirs=catalogue_dirs, per_symptom=per_symptom,
                            min_free_gb=min_free_gb, executor=executor, address=address, batch_size=batch_size,
-                           cache_dir=cache_dir.resolve() if cache_dir else None, cache_limit_gb=cache_limit_gb)
+                           cache_dir=cache_dir.resolve() if cache_dir else None, cache_limit_gb=cache_limit_gb,
+                           compound=compound, compound_budget=compound_budget)
     with crawl_progress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)
     stopped = next((p.reason for p in report.projects if p.stopped), None)
     if stopped:
         raise click.ClickException(stopped)
+
+
+@main.command()
+@click.option("--k", "k", type=click.IntRange(min=2), default=2, show_default=True,
+              help="Validated inversions stacked into each compound task.")
+@click.option("--repo", metavar="R", help="Only the projects whose repo is R, or contains it.")
+@click.option("--budget", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Compound candidates tried per project.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Order of the combinations.")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per test-suite run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the per-project figures as JSON.")
+@click.pass_context
+def compound(ctx: click.Context, k: int, repo: str | None, budget: int, seed: int, timeout: float,
+             as_json: bool) -> None:
+    """Stack K validated tasks of each project into compound tasks, validated as a whole.
+
+    The parts are the project's stored single tasks, on different targets and branches of its
+    dependency graph; a compound is kept only when every part is necessary (fixing all the
+    others still fails a test).
+    """
+    from miner.compound import CompoundOptions, compound_stored
+    from miner.healthy import SkipProject
+    from miner.sandbox.base import SandboxError
+    from miner.sources import FetchError
+
+    console = make_console(stderr=as_json)
+    with open_store(ctx) as store:
+        if not store.list_tasks(repo=repo):
+            check_repo(store, repo)
+            raise click.ClickException("no stored task to build compounds from: run `miner crawl` first")
+        try:
+            reports = compound_stored(store, CompoundOptions(k=k, budget=budget, seed=seed), repo=repo,
+                                      say=lambda name, text: console.print(f"{escape(name)}: {escape(text)}"),
+                                      timeout=timeout)
+        except (FetchError, SandboxError, SkipProject) as exc:
+            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    rows = [{"repo": r.repo, "tried": r.tried, "validated": r.validated, "already_tried": r.resumed,
+             "refused": r.refused} for r in reports]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"compound tasks of {k} parts")
+    for column in ("repo", "tried", "validated", "already tried", "refused by rule"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(escape(row["repo"]), str(row["tried"]), str(row["validated"]), str(row["already_tried"]),
+                      rules_text(row["refused"]))
+    print_table(console, table)
 
 
 @main.command()
@@ -856,8 +961,13 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
 @click.option("-o", "--out", type=click.Path(file_okay=False, allow_dash=True, path_type=Path), required=True,
               help="Output folder (jsonl: - writes the records to standard output).")
 @click.option("--type", "types", multiple=True, metavar="T", help="Exact type id or family; repeatable.")
+@click.option("--category", "categories", multiple=True, metavar="C",
+              help="A category of the catalogue (repeatable): its types' tasks and compounds with such a part.")
 @click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
 @click.option("--difficulty", type=click.Choice(DIFFICULTIES), help="Exact difficulty.")
+@click.option("--variant", type=click.Choice(["symptom", "hard", "hinted"]), default="symptom", show_default=True,
+              help="The instruction: the symptom (failing command and its error), hard (the command only) or "
+                   "hinted (the symptom and the area of the cause).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Export at most N tasks (oldest first).")
 @evidence_options
 @click.option("--overwrite", is_flag=True, help="Rewrite task folders (or records) that already exist.")
@@ -869,16 +979,17 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
                    "network_mode/allowed_hosts (Harbor's docker environment then needs its egress-control "
                    "sidecar); compose: an offline task's compose file cuts its network.")
 @click.pass_context
-def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], repo: str | None,
-           difficulty: str | None, limit: int | None, evidence: tuple[str, ...], offline: bool, overwrite: bool,
-           org: str, base_image: str, network_policy: str) -> None:
+def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], categories: tuple[str, ...],
+           repo: str | None, difficulty: str | None, variant: str, limit: int | None, evidence: tuple[str, ...],
+           offline: bool, overwrite: bool, org: str, base_image: str, network_policy: str) -> None:
     """Export stored tasks in bulk; rerunning it leaves existing folders alone (or rewrites them identically)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from miner.export import ExportOptions, export_tasks, select_tasks
 
     try:
-        options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite, network_policy=network_policy)
+        options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite, network_policy=network_policy,
+                                variant=variant)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--org") from None
     to_stdout = out == Path("-")
@@ -888,7 +999,7 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], repo
     with open_store(ctx) as store, tempfile.TemporaryDirectory(prefix="miner-export-") as scratch:
         check_type_specs(store, list(types))
         chosen = select_tasks(store, types, repo=repo, difficulty=difficulty, limit=limit, evidence=evidence,
-                              offline=offline)
+                              offline=offline, type_ids=category_type_ids(categories))
         if not chosen:
             check_repo(store, repo)
             raise click.ClickException("no stored task matches the filters")

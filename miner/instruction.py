@@ -11,7 +11,15 @@ from a task) and for the validator's solver-view step (`candidate_symptom`, from
 before any task exists), so what the crawl checks in a solver's shells is what the instruction
 shows; `Symptom.view()` is that check's record (miner.models.SolverView, see miner.solver_view).
 
+Three variants (models.INSTRUCTION_VARIANTS), all kept with the task:
+  symptom   the failing command and the first lines of its error (the default)
+  hard      the failing command only, no error text
+  hinted    the symptom plus the area the cause lies in ("the installed Python packages", "a
+            system library", ...: AREAS, by the type's category), never the target or the fix
+
     text = write_instruction(task, candidate, healthy)
+    texts = write_instructions(task, candidate, healthy, categories=["dependencies"])
+    assert not instruction_leaks(task, texts["hinted"])
 """
 
 from __future__ import annotations
@@ -21,8 +29,37 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from miner.models import PROJECT_DIR, VENV_DIR, Candidate, HealthyState, Inversion, Outcome, Probe, SolverView, Task
+from miner.models import (
+    INSTRUCTION_VARIANTS,
+    PROJECT_DIR,
+    VENV_DIR,
+    Candidate,
+    Evidence,
+    HealthyState,
+    Inversion,
+    Outcome,
+    Part,
+    Probe,
+    SolverView,
+    Task,
+)
 
+# Where the cause lies, by the type's category (miner.catalogue.CATEGORIES): never the target nor the fix.
+AREAS = {
+    "python-environment": "the Python environment itself (the virtual environment, how its interpreter "
+                          "starts, or what it loads at start-up)",
+    "dependencies": "the installed Python packages",
+    "compatibility": "how the environment's versions, builds or interpreter settings fit together",
+    "network-security": "the network or TLS settings the project's connections depend on",
+    "concurrency-state": "run-time state the program keeps (locks, process files, databases or caches)",
+    "configuration": "a configuration the program reads (its own, its user's, or its environment variables)",
+    "data-files": "a data file the program reads",
+    "filesystem": "file permissions, links or files that went missing",
+    "system-libraries": "a system library or the system's shared data",
+    "interpreter-stdlib": "the interpreter or its standard library",
+    "services": "a service the project runs",
+}
+DEFAULT_AREA = "the environment around the project"
 MAX_LINES = 12
 MAX_LINE_CHARS = 300
 REPORT_OPTIONS = ("--junitxml", "--junit-xml", "--junit-prefix")
@@ -134,16 +171,26 @@ def _choose(f2p: list[str], messages: dict[str, str], probes: dict[str, Probe]) 
     return min(sorted(f2p), key=rank)
 
 
-def leak_markers(type_id: str, summary: str, fix_script: str) -> list[str]:
-    """Strings whose presence in an error line would hand out the answer."""
+def leak_markers(type_id: str, summary: str, fix_script: str, evidence: list[Evidence] = (),
+                 parts: list[Part] = ()) -> list[str]:
+    """Strings whose presence in an error line would hand out the answer: the type, the summary, a
+    line of the fix, an evidence note (and a compound's parts' types, summaries and evidence)."""
     fix_lines = [line.strip() for line in fix_script.splitlines()]
-    markers = [type_id, summary]
+    markers = [type_id, summary, *(p.type_id for p in parts), *(p.summary for p in parts)]
     markers += [line for line in fix_lines if len(line) >= 20 and not line.startswith("set -")]
-    return [m for m in markers if m]
+    markers += [e.detail for e in [*evidence, *(e for p in parts for e in p.evidence)] if len(e.detail) >= 20]
+    return [m for m in dict.fromkeys(markers) if m]
 
 
 def _leaky(task: Task) -> list[str]:
-    return leak_markers(task.type_id, task.summary, task.fix_script)
+    return leak_markers(task.type_id, task.summary, task.fix_script, task.evidence, task.parts)
+
+
+def instruction_leaks(task: Task, text: str) -> list[str]:
+    """The markers of the answer an instruction text contains: the type, the summary, a line of the
+    fix, an evidence note ([] when it hands out nothing). Error lines of the symptom are filtered
+    by them already; the leak check holds every variant to the same list."""
+    return [m for m in _leaky(task) if m in text]
 
 
 def message_lines(message: str, leaks: list[str]) -> list[str]:
@@ -193,7 +240,8 @@ def candidate_symptom(inversion: Inversion, f2p: list[str], broken: dict[str, Ou
     task it would become has the healthy state's test command and probes, the inversion's fix)."""
     return choose_symptom(f2p, broken, messages, test_command=healthy.test_command,
                           probes={p.id: p for p in healthy.probes},
-                          leaks=leak_markers(inversion.type_id, inversion.summary, inversion.fix_script))
+                          leaks=leak_markers(inversion.type_id, inversion.summary, inversion.fix_script,
+                                            inversion.evidence))
 
 
 def _outcome_words(outcome: str) -> str:
@@ -204,8 +252,21 @@ def _outcome_words(outcome: str) -> str:
     }.get(outcome, "now fails")
 
 
-def render_instruction(symptom: Symptom, test_command: str, also_checked: str = "") -> str:
-    """The markdown instruction for one symptom; `also_checked` names the image checks (image_checks)."""
+def area_sentence(categories: list[str]) -> str:
+    """Where the cause (or, for several faults, each cause) lies, as one sentence."""
+    areas = list(dict.fromkeys(AREAS.get(c, DEFAULT_AREA) for c in categories)) or [DEFAULT_AREA]
+    if len(categories) > 1:
+        return (f"Hint: {len(categories)} separate things are broken; look at "
+                + "; and at ".join(areas) + ".")
+    return f"Hint: the cause lies in {areas[0]}."
+
+
+def render_instruction(symptom: Symptom, test_command: str, also_checked: str = "", variant: str = "symptom",
+                       hint: str = "") -> str:
+    """The markdown instruction for one symptom; `also_checked` names the image checks (image_checks).
+
+    variant "hard" leaves the error text out; "hinted" adds `hint` (area_sentence) after it.
+    """
     others = symptom.failing - 1
     also = f"; {others} other check{'s' if others != 1 else ''} that used to pass fail{'' if others != 1 else 's'} too"
     parts = [
@@ -220,8 +281,10 @@ def render_instruction(symptom: Symptom, test_command: str, also_checked: str = 
         "```",
         "",
     ]
-    if symptom.message:
+    if symptom.message and variant != "hard":
         parts += ["Its output starts with:", "", "```text", *symptom.message, "```", ""]
+    if hint and variant == "hinted":
+        parts += [hint, ""]
     parts += [
         "Find the cause and repair the environment the project runs in, so that the whole suite "
         f"(`{test_command}`, run in `{PROJECT_DIR}`) passes again. The project uses the Python of the "
@@ -241,7 +304,16 @@ def render_instruction(symptom: Symptom, test_command: str, also_checked: str = 
 
 def write_instruction(task: Task, candidate: Candidate, healthy: HealthyState) -> str:
     """The instruction.md text of a validated task, from its candidate's broken run."""
+    return write_instructions(task, candidate, healthy)["symptom"]
+
+
+def write_instructions(task: Task, candidate: Candidate, healthy: HealthyState,
+                       categories: list[str] | None = None) -> dict[str, str]:
+    """Every variant of a validated task's instruction (INSTRUCTION_VARIANTS); `categories` are its
+    type's (a compound's: its parts'), for the hinted variant's area."""
     symptom = observed_symptom(task, candidate, healthy)
     probes = {p.id: p for p in [*healthy.probes, *task.probes]}
-    return render_instruction(symptom, plain_test_command(task.test_command or healthy.test_command),
-                              image_checks(task, probes))
+    command = plain_test_command(task.test_command or healthy.test_command)
+    hint = area_sentence(categories if categories is not None else [task.category])
+    return {variant: render_instruction(symptom, command, image_checks(task, probes), variant, hint)
+            for variant in INSTRUCTION_VARIANTS}

@@ -79,6 +79,8 @@ class CrawlOptions:
     batch_size: int = DEFAULT_BATCH  # a project with more candidates to try is mined in batches of this many
     cache_dir: Path | None = None  # where units fetch and build (None: the store's cache/ and work/)
     cache_limit_gb: float | None = None  # the cache is trimmed to this after the crawl (None: left as it is)
+    compound: int = 0  # stack this many validated inversions into compound tasks (0: none)
+    compound_budget: int = 5  # compound candidates tried per project
 
 
 @dataclass
@@ -96,6 +98,8 @@ class ProjectReport:
     by_type: dict[str, list[int]] = field(default_factory=dict)  # type -> [tried, validated]
     stopped: bool = False  # skipped because the disk ran low: the crawl as a whole failed
     tokens: int = 0  # model tokens spent by the agent (cache hits cost none)
+    compound_tried: int = 0  # compound candidates (miner.compound)
+    compound_validated: int = 0
     timings: dict[str, float] = field(default_factory=dict)  # phases before the candidates (miner.timing)
     key: str = ""  # the project's key once fetched
     commit: str = ""
@@ -508,7 +512,7 @@ def _try(mining: _Mining, inversion: Inversion, itype: InversionType, model: str
         task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, mining.graph)
         task.model = model
         if instruct is not None:
-            task.instruction = instruct(task, candidate, ctx.state)
+            task.instruction = task.instructions["symptom"] = instruct(task, candidate, ctx.state)
         files = task_files(task, ctx.state, candidate)
         symptom = (task.family, frozenset(task.f2p))
         ctx.symptoms[symptom] = ctx.symptoms.get(symptom, 0) + 1

@@ -26,6 +26,11 @@ TargetKind = Literal[
     "debpkg",  # a Debian package (containers only)
     "system",  # a system-wide file or setting (containers only)
     "service",  # a Dockerized service (containers only)
+    "submodule",  # a module file below an installed distribution's top level (pkg/sub.py)
+    "bytecode",  # the cached bytecode of a module (the project's or a dependency's)
+    "setting",  # a process-wide setting the code relies on without naming it (TLS trust, proxy, locale, ...)
+    "state",  # run-time state the code keeps outside its files: a lock or PID file, a cache folder
+    "compound",  # several validated inversions stacked into one task (miner.compound)
 ]
 
 # Fixed paths every sandbox backend provides, so break/fix scripts are sandbox-neutral.
@@ -140,6 +145,8 @@ class Distribution(BaseModel):
     version: str
     top_level: list[str] = Field(default_factory=list)  # importable top-level modules
     requires: list[str] = Field(default_factory=list)  # Requires-Dist names (markers applied)
+    requirements: list[str] = Field(default_factory=list)  # the same as "name specifier" strings ("six>=1.5")
+    extensions: list[str] = Field(default_factory=list)  # site-packages-relative compiled modules (.so)
     console_scripts: dict[str, str] = Field(default_factory=dict)  # script -> "module:attr"
     files: list[str] = Field(default_factory=list)  # site-packages-relative paths of its .py files
 
@@ -211,6 +218,7 @@ class InversionType(BaseModel):
     break_script: str  # jinja2 template
     fix_script: str  # jinja2 template
     weight: float = Field(default=1.0, gt=0)
+    category: str = ""  # what kind of real breakage it stands for (miner.catalogue.CATEGORIES)
 
 
 class Target(BaseModel):
@@ -258,6 +266,7 @@ RejectRule = Literal[
     "unrecoverable",  # rule 8: no evidence, or the fix carries a copy of the answer
     "solver-view",  # the instruction's command does not show the symptom in a solver's shell
     "duplicate-symptom",  # same family and F2P set as a task already stored for the project
+    "overlapping-parts",  # a compound whose parts share a target or branch, or one part's fix repairs another's
     "unsupported",  # the backend cannot run this type
 ]
 
@@ -294,6 +303,24 @@ class Candidate(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)  # phase -> seconds (see miner.timing)
 
 
+INSTRUCTION_VARIANTS = ("symptom", "hard", "hinted")
+
+
+class Part(BaseModel):
+    """One validated inversion stacked into a compound task, with what it alone broke and needs."""
+
+    task_id: str  # the stored single task it came from
+    type_id: str
+    family: str
+    category: str = ""
+    target: Target
+    summary: str = ""
+    f2p: list[str] = Field(default_factory=list)
+    graph_depth: int | None = None
+    difficulty_score: float = 0.0
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
 class Task(BaseModel):
     """A validated inversion plus everything needed to rebuild, verify and export it."""
 
@@ -324,3 +351,11 @@ class Task(BaseModel):
     model: str | None = None  # the model whose submission this is (None: procedural)
     evidence: list[Evidence] = Field(default_factory=list)  # what a repair recovers from (rule 8)
     solver_view: SolverView | None = None  # the instruction's command and what it shows (miner check)
+    category: str = ""  # the type's category (a compound's: "compound"; its parts keep theirs)
+    instructions: dict[str, str] = Field(default_factory=dict)  # variant (INSTRUCTION_VARIANTS) -> text
+    parts: list[Part] = Field(default_factory=list)  # a compound task's parts, in break order
+
+    @property
+    def type_ids(self) -> list[str]:
+        """Its type and, for a compound task, its parts' types."""
+        return [self.type_id, *(p.type_id for p in self.parts)]

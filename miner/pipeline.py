@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Callable
 
 from miner.catalogue import load_catalogue, select_types
+from miner.compound import CompoundOptions, compound_stored
 from miner.disk import GB
 from miner.gc import trim_cache
 from miner.executors import get_executor
 from miner.mine import (CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict, backend_for,
                         choose_candidates)
-from miner.models import Source, content_id
+from miner.models import InversionType, Source, content_id
 from miner.sandbox import docker_available
 from miner.sources import parse_repos, repo_name
 from miner.store import Store
@@ -223,9 +224,24 @@ def crawl(repos: Path, store: Store, options: CrawlOptions, on_phase: Phase | No
     root = str(options.cache_dir) if options.cache_dir is not None else str(store.root)
     units = driver.units(sources, types, root)
     get_executor(options).run(units, recorder.record, driver.finish, phase)
+    if options.compound > 1:
+        _compounds(store, driver.reports(), {t.id: t for t in types}, options, phase)
     if options.cache_dir is not None and options.cache_limit_gb is not None:  # this node's cache, whenever trimmed last
         trim_cache(options.cache_dir, int(options.cache_limit_gb * GB))
     return CrawlReport(driver.reports(), [str(e) for e in errors], time.monotonic() - start)
+
+
+def _compounds(store: Store, reports: list[ProjectReport], catalogue: dict[str, InversionType],
+               options: CrawlOptions, phase: Phase) -> None:
+    """Compound tasks of each mined project, stacked from its stored tasks once all its units are
+    recorded. This runs here, in the driver (it reads the project's tasks and writes new ones)."""
+    for report in (r for r in reports if r.status == "mined" and r.validated > 1):
+        phase(repo_name(report.repo), f"stacking {options.compound} validated inversions into compound tasks")
+        found = compound_stored(store, CompoundOptions(k=options.compound, budget=options.compound_budget,
+                                                       seed=options.seed), repo=report.repo, catalogue=catalogue,
+                                say=phase, timeout=options.timeout)
+        report.compound_tried = sum(f.tried for f in found)
+        report.compound_validated = sum(f.validated for f in found)
 
 
 def mine_source(source: Source, root: Path, backend: object, types: list, options: CrawlOptions,

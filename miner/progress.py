@@ -82,3 +82,7 @@ def print_summary(console: Console, report: CrawlReport) -> None:
     validated = sum(p.validated for p in report.projects)
     console.print(f"{len(report.projects)} projects, {tried} candidates tried, {validated} tasks validated"
                   + (f", yield {validated / tried:.0%}" if tried else ""))
+    compounds = sum(p.compound_tried for p in report.projects)
+    if compounds:
+        made = sum(p.compound_validated for p in report.projects)
+        console.print(f"compound tasks: {compounds} tried, {made} validated")

@@ -20,8 +20,8 @@ import networkx as nx
 
 from miner import __version__
 from miner.graph import depth
-from miner.instruction import observed_symptom, write_instruction
-from miner.models import Candidate, HealthyState, InversionType, Project, Task
+from miner.instruction import observed_symptom, write_instructions
+from miner.models import Candidate, HealthyState, InversionType, Part, Project, Task
 
 FAMILY_WEIGHT = {"deps": 0.3, "config": 0.5, "fs": 0.5, "data": 0.6, "env": 0.6, "system": 0.8, "service": 0.8}
 
@@ -47,6 +47,46 @@ def difficulty(depth: int | None, n_f2p: int, family: str) -> tuple[str, float]:
     return label, score
 
 
+def compound_difficulty(parts: list[Part]) -> tuple[str, float]:
+    """How hard a compound task is: harder than its hardest part, more so with every further part
+    and with deep parts (a fault far below the failing tests hides behind the others).
+
+        score = min(1, max(s_i) + 0.15 * (k - 1) + 0.05 * mean(D_i))
+        s_i    the parts' own difficulty scores (difficulty())
+        D_i    min(depth_i - 1, 3) (unknown depth counts as 1.5)
+    easy below 0.35, hard from 0.6, medium between (as difficulty()).
+    """
+    if not parts:
+        return difficulty(None, 1, "compound")
+    depths = [1.5 if p.graph_depth is None else min(max(p.graph_depth, 1) - 1, 3) for p in parts]
+    score = round(min(1.0, max(p.difficulty_score for p in parts) + 0.15 * (len(parts) - 1)
+                      + 0.05 * sum(depths) / len(depths)), 3)
+    label = "easy" if score < 0.35 else "hard" if score >= 0.6 else "medium"
+    return label, score
+
+
+def make_compound_task(project: Project, state: HealthyState, cand: Candidate, parts: list[Part], backend: str,
+                       graph: nx.DiGraph | None = None) -> Task:
+    """A validated compound candidate (miner.compound) becomes a task: its parts kept, difficulty
+    from them, the hinted instruction naming each part's area."""
+    inv = cand.inversion
+    level, score = compound_difficulty(parts)
+    depths = [p.graph_depth for p in parts if p.graph_depth is not None]
+    task = Task(
+        id=cand.id, repo=project.repo, commit=project.commit, source=project.source, type_id=inv.type_id,
+        family=inv.family, target=inv.target, summary=inv.summary, break_script=inv.break_script,
+        fix_script=inv.fix_script, f2p=cand.f2p, p2p=cand.p2p, difficulty=level, difficulty_score=score,
+        graph_depth=max(depths) if depths else None, test_command=state.test_command,
+        probes=[p for p in state.probes if p.id in set(cand.f2p + cand.p2p)],
+        protected={p: state.file_hashes[p] for p in state.protected}, suite_seconds=state.suite_seconds,
+        backend=backend, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        evidence=list(inv.evidence), category="compound", parts=parts,
+    )
+    task.instructions = write_instructions(task, cand, state, categories=[p.category for p in parts])
+    task.instruction = task.instructions["symptom"]
+    return task
+
+
 def make_task(project: Project, state: HealthyState, cand: Candidate, itype: InversionType, backend: str,
               graph: nx.DiGraph | None = None) -> Task:
     """A validated candidate becomes a task: instruction from the symptom, difficulty from the graph.
@@ -66,9 +106,10 @@ def make_task(project: Project, state: HealthyState, cand: Candidate, itype: Inv
         test_command=state.test_command, probes=[p for p in state.probes if p.id in set(cand.f2p + cand.p2p)],
         protected={p: state.file_hashes[p] for p in state.protected}, suite_seconds=state.suite_seconds,
         backend=backend, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        evidence=list(inv.evidence),
+        evidence=list(inv.evidence), category=itype.category,
     )
-    task.instruction = write_instruction(task, cand, state)
+    task.instructions = write_instructions(task, cand, state)
+    task.instruction = task.instructions["symptom"]
     task.solver_view = observed_symptom(task, cand, state).view()  # what `miner check` runs in a solver's shells
     return task
 
@@ -79,6 +120,7 @@ def task_files(task: Task, state: HealthyState, cand: Candidate) -> dict[str, st
         "break.sh": task.break_script,
         "fix.sh": task.fix_script,
         "instruction.md": task.instruction,
+        **{f"instruction-{variant}.md": text for variant, text in task.instructions.items() if variant != "symptom"},
         "healthy.json": json.dumps({"outcomes": state.outcomes, "durations": state.durations}, indent=1),
         "broken.json": json.dumps({"outcomes": cand.broken, "messages": cand.broken_messages}, indent=1),
         "fixed.json": json.dumps({"outcomes": cand.fixed}, indent=1),

@@ -233,9 +233,11 @@ def fix_network(inv: Inversion) -> bool:
 
 
 def _unversioned(path: str) -> str:
-    """A path with the version dropped from its .dist-info folder: another release of the same
-    distribution carries identical files (LICENSE, top_level.txt) that are no backup."""
-    return DIST_INFO.sub(r"\1.dist-info/", path)
+    """A file of a .dist-info folder stands for the distribution's metadata, whatever its version:
+    another release of the same distribution carries identical files (LICENSE, top_level.txt),
+    at times elsewhere in that folder (licenses/LICENSE), that are no backup."""
+    found = DIST_INFO.match(path)
+    return f"{found.group(1)}.dist-info/" if found else path
 
 
 def validate(ctx: Context, inversion: Inversion, whole_suite_ok: bool = False) -> Candidate:

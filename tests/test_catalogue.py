@@ -18,6 +18,7 @@ from miner.models import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_FAMILIES = {"deps", "config", "data", "fs", "env"}  # the families every backend can run
+CONTAINER_FAMILIES = {"system", "service"}  # what lies beneath the project: containers only
 
 SAMPLE_CONTEXT = {
     "mode": "644", "size": 40, "dist": "six", "version": "1.17.0",
@@ -26,6 +27,8 @@ SAMPLE_CONTEXT = {
     "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution", "sibling": "conf/other.yaml",
     "sdist_name": "greeter", "sdist_version": "0.3.0", "stated_in": ["README.md"], "stated": "README.md states APP_MODE=production",
     "evidence_kind": "project-files",
+    "old_version": "1.16.0", "conflict_version": "1.4.1", "required_by": "python-dateutil", "specifier": ">=1.5",
+    "user_key": "server.port", "user_b64": "aGVsbAo=", "user_value": '"8080"',
 }
 # Types that choose between kinds of evidence (a context provider's choice, or the target's own
 # attrs.evidence): every choice is rendered.
@@ -80,8 +83,11 @@ def test_catalogue_has_enough_types_and_families():
         assert type_id == itype.id == f"{itype.family}/{type_id.split('/', 1)[1]}"
         if itype.family in LOCAL_FAMILIES:
             assert set(itype.backends) == {"local", "docker"}
-        else:
+        elif itype.family in CONTAINER_FAMILIES:
             assert itype.backends == ["docker"]
+        else:  # the venv, state, network and user settings: both, unless the type edits the system's /etc
+            edits_etc = bool(re.search(r"(sed -i|>) ?['\"]?/etc/|F=/etc/", itype.break_script))
+            assert "docker" in itype.backends and ("local" in itype.backends) != edits_etc, itype.id
         assert itype.description and itype.summary
 
 
@@ -115,7 +121,7 @@ def test_network_follows_the_evidence_and_index_use():
     for itype in load_catalogue().values():
         if uses_index.search(itype.break_script):
             assert itype.network.get("break"), f"{itype.id}: its break uses the index without network"
-        elif itype.family in LOCAL_FAMILIES:
+        elif itype.family not in CONTAINER_FAMILIES:
             assert not itype.network.get("break"), f"{itype.id}: its break asks for network it does not use"
         for inversion in renderings(itype):
             kinds = [e.kind for e in inversion.evidence]

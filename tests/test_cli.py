@@ -288,14 +288,38 @@ def test_inversions_in_a_pipe_print_whole_descriptions() -> None:
 
     catalogue = load_catalogue()
     lines = run("inversions", env={"COLUMNS": "40"}).output.splitlines()
-    assert lines[1].split("\t") == ["id", "target", "backends", "whole suite", "evidence", "description"]
+    assert lines[1].split("\t") == ["id", "category", "target", "backends", "whole suite", "evidence", "description"]
     rows = {cells[0]: cells for cells in (line.split("\t") for line in lines[2:])}
     assert set(rows) == set(catalogue)
     for type_id, cells in rows.items():
-        assert cells[5] == " ".join(catalogue[type_id].description.split()), type_id
-    assert (rows["deps/uninstall"][4], rows["config/missing-key"][4]) == ("package-index", "(per target)")
+        assert cells[1] == catalogue[type_id].category, type_id
+        assert cells[6] == " ".join(catalogue[type_id].description.split()), type_id
+    assert (rows["deps/uninstall"][5], rows["config/missing-key"][5]) == ("package-index", "(per target)")
 
 
 def test_a_terminal_gets_rich_tables(store_root: Path) -> None:
     shown = run("--store", str(store_root), "tasks", "list", env={"FORCE_COLOR": "1", "COLUMNS": "200"}).output
     assert "┃" in shown and "\t" not in shown
+
+
+def test_categories_filter_the_catalogue_tasks_and_stats(store_root: Path) -> None:
+    rows = json.loads(run("inversions", "--json", "--category", "compatibility").output)
+    assert "deps/wrong-version" in {r["id"] for r in rows} and {r["category"] for r in rows} == {"compatibility"}
+    assert "compatibility" in run("inversions").output
+    tasks = json.loads(run("--store", str(store_root), "tasks", "list", "--json", "--category", "compatibility").output)
+    assert {t["type"] for t in tasks} == {"deps/wrong-version"}
+    both = run("--store", str(store_root), "tasks", "list", "--json", "--category", "compatibility",
+               "--category", "configuration")
+    assert {t["type"] for t in json.loads(both.output)} == {"deps/wrong-version", "config/syntax-error"}
+    unknown = run("--store", str(store_root), "tasks", "list", "--category", "no-such-category")
+    assert unknown.exit_code == 1 and "unknown category 'no-such-category'" in unknown.output
+    table = run("--store", str(store_root), "stats").output
+    assert "per category" in table and "dependencies" in table
+
+
+def test_compound_needs_stored_tasks(tmp_path: Path) -> None:
+    Store(tmp_path / "empty").close()
+    result = run("--store", str(tmp_path / "empty"), "compound", "--k", "2")
+    assert result.exit_code == 1 and "no stored task to build compounds from" in result.output
+    result = run("--store", str(tmp_path / "empty"), "compound", "--k", "1")
+    assert result.exit_code == 2 and "--k" in result.output

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from miner.mine import Batch, CrawlOptions, Event, ProjectReport, Unit, UnitResult
+from miner.mine import Batch, CrawlOptions, Event, ProjectReport, UnitResult
 from miner.models import Candidate, Inversion, Source, Target, Task
 from miner.pipeline import Recorder, _Driver
 from miner.store import Store

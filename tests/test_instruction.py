@@ -11,12 +11,16 @@ from conftest import sample_target
 
 from miner.catalogue import load_catalogue, render
 from miner.instruction import (
+    AREAS,
     MAX_LINES,
+    area_sentence,
+    instruction_leaks,
     message_lines,
     observed_symptom,
     plain_test_command,
     probe_command,
     write_instruction,
+    write_instructions,
 )
 from miner.models import Candidate, HealthyState, Probe, Source, Target, Task
 
@@ -43,6 +47,8 @@ CONTEXT = {
     "old_line": "width = 80", "new_line": 'width = "80"', "old_value": "80", "new_value": '"80"',
     "wrong_value": "en_BG", "sibling": "conf/other.ini", "sdist_name": "tabulate", "sdist_version": "0.9.0",
     "stated_in": ["README.md"], "stated": "README.md states REPORT_LOCALE=en_GB", "evidence_kind": "project-files",
+    "old_version": "0.8.9", "conflict_version": "0.8.10", "required_by": "weekly", "specifier": ">=0.9",
+    "user_key": "output.width", "user_b64": "aGVsbAo=", "user_value": '"80"',
 }
 
 
@@ -183,3 +189,36 @@ def test_a_dockerized_projects_image_checks_are_named_without_the_answer():
     assert "health check (`python3 check.py`)" in text
     plain, c2, h2 = make("config/wrong-type", "ValueError: bad width")
     assert "container's own behaviour" not in write_instruction(plain, c2, h2)
+
+
+@pytest.mark.parametrize("type_id", sorted(CATALOGUE))
+def test_every_variant_passes_the_leak_check(type_id):
+    message = real_failure("raise RuntimeError('report totals do not add up: 12 != 15')")
+    task, candidate, healthy = make(type_id, message)
+    task.category = CATALOGUE[type_id].category
+    task.evidence = render(CATALOGUE[type_id], task.target, CONTEXT).evidence
+    texts = write_instructions(task, candidate, healthy)
+    assert set(texts) == {"symptom", "hard", "hinted"}
+    assert texts["symptom"] == write_instruction(task, candidate, healthy)
+    for variant, text in texts.items():
+        assert instruction_leaks(task, text) == [], variant
+        assert type_id not in text and task.target.name not in text and task.summary not in text
+        assert f"python -m pytest '{TEST_ID}'" in text
+    assert "report totals do not add up" not in texts["hard"]
+    assert "report totals do not add up" in texts["hinted"]
+    assert AREAS[task.category] in texts["hinted"] and AREAS[task.category] not in texts["symptom"]
+
+
+def test_the_leak_check_finds_the_answer():
+    task, candidate, healthy = make("deps/uninstall", "ModuleNotFoundError: No module named 'tabulate'")
+    task.evidence = render(CATALOGUE["deps/uninstall"], task.target, CONTEXT).evidence
+    leaked = f"Try this: {task.fix_script.splitlines()[1].strip()}"
+    assert instruction_leaks(task, leaked) == [task.fix_script.splitlines()[1].strip()]
+    assert instruction_leaks(task, f"({task.summary})") == [task.summary]
+
+
+def test_a_compound_hint_names_every_part_area_once():
+    text = area_sentence(["dependencies", "network-security", "dependencies"])
+    assert text.startswith("Hint: 3 separate things are broken")
+    assert text.count(AREAS["dependencies"]) == 1 and AREAS["network-security"] in text
+    assert area_sentence(["no-such-category"]) == "Hint: the cause lies in the environment around the project."

@@ -143,3 +143,25 @@ def test_catalogue_fixes_recover_from_the_evidence_only():
             else:
                 assert f"{target.attrs['dist']}=={target.attrs['version']}" in fix, itype.id
     assert rendered >= 10
+
+
+def test_stdlib_modules_and_their_extensions_are_targets_from_the_archive():
+    obs = observation()
+    obs["stdlib"] = {
+        "sqlite3": {"path": "/usr/lib/python3.11/sqlite3/__init__.py", "package": "libpython3.11-stdlib:amd64",
+                    "version": "3.11.2-6+deb12u8", "extensions": [
+                        {"path": "/usr/lib/python3.11/lib-dynload/_sqlite3.cpython-311-x86_64-linux-gnu.so",
+                         "package": "libpython3.11-stdlib:amd64", "version": "3.11.2-6+deb12u8"}]},
+        "tomllib": {"path": "/usr/lib/python3.11/tomllib/__init__.py", "package": None, "version": None,
+                    "extensions": []},
+    }
+    targets = {t.key: t for t in system_targets(obs)}
+    module, extension = targets["system:stdlib:sqlite3"], targets["system:stdlib-extension:_sqlite3"]
+    assert (module.attrs["role"], module.attrs["evidence"]) == ("stdlib-module", "debian-archive")
+    assert extension.attrs["module"] == "sqlite3" and extension.path.endswith(".so")
+    assert "system:stdlib:tomllib" not in targets  # no package owns it: no evidence
+    catalogue = load_catalogue()
+    inversion = render(catalogue["system/stdlib-extension-removed"], extension)
+    assert "install --reinstall" in inversion.fix_script and "libpython3.11-stdlib:amd64" in inversion.fix_script
+    obs["tools"]["apt-get"] = False
+    assert not any(k.startswith("system:stdlib") for k in (t.key for t in system_targets(obs)))

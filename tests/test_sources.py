@@ -171,8 +171,10 @@ def test_default_repos_file_parses() -> None:
     sources, errors = parse_repos(REPO_ROOT / "repos.txt")
     assert errors == []
     kinds = [s.kind for s in sources]
-    assert kinds.count("local") == 3 and kinds.count("pypi") >= 3
-    assert all(s.overrides == {} for s in sources)
+    assert kinds.count("local") == 4 and kinds.count("pypi") >= 3
+    # only stocksync needs an override: the CA bundle its README tells users to export
+    assert {s.name: s.overrides for s in sources if s.overrides} == {
+        "stocksync": {"env.SSL_CERT_FILE": "/sandbox/project/certs/dev-ca.pem"}}
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,15 +15,22 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirement_names(dist: metadata.Distribution) -> list[str]:
-    names = []
+def requirements(dist: metadata.Distribution) -> list[str]:
+    """Its requirements as "name specifier" (markers and extras of the requirement left out),
+    without those of optional extras."""
+    found = []
     for req in dist.requires or []:
         if "extra ==" in req.replace('"', "'").replace("extra==", "extra =="):
             continue  # optional extras are not installed dependencies
         match = NAME.match(req)
         if match:
-            names.append(canonical(match.group(1)))
-    return sorted(set(names))
+            spec = re.sub(r"^\[[^\]]*\]", "", req[match.end():].split(";", 1)[0].strip()).strip().strip("()")
+            found.append(f"{canonical(match.group(1))} {spec}".strip())
+    return sorted(set(found))
+
+
+def requirement_names(dist: metadata.Distribution) -> list[str]:
+    return sorted({req.split(" ", 1)[0] for req in requirements(dist)})
 
 
 def top_level(dist: metadata.Distribution, files: list[str]) -> list[str]:
@@ -54,12 +61,15 @@ def main() -> None:
         name = dist.metadata["Name"]
         if not name:
             continue
-        files = [str(f) for f in (dist.files or []) if str(f).endswith(".py") and not str(f).startswith("..")]
+        every = [str(f) for f in (dist.files or []) if not str(f).startswith("..")]
+        files = [f for f in every if f.endswith(".py")]
         dists.append({
             "name": canonical(name),
             "version": dist.version,
             "top_level": top_level(dist, files),
             "requires": requirement_names(dist),
+            "requirements": requirements(dist),
+            "extensions": sorted(f for f in every if f.endswith(".so") and ".libs/" not in f),
             "console_scripts": {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"},
             "files": sorted(files),
             "url": editable_root(dist),

@@ -14,6 +14,7 @@ Standalone on purpose: it is copied into containers and must not import miner.
 """
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -53,6 +54,15 @@ files = sorted({m.__file__ for m in list(sys.modules.values()) if (getattr(m, "_
 import json  # after the measure: json's own extension is not the import's
 print("LOADED " + json.dumps(files))
 """
+
+
+# What the test runner and miner's own helpers (this script, the verifier, the probes) import:
+# breaking those stdlib modules would stop every check, not the project's.
+RUNNER_PROBE = ("import json, sys\n"
+                "import argparse, configparser, ctypes, hashlib, importlib, inspect, pkgutil, shutil, signal\n"
+                "import socket, subprocess, tempfile, time, xml.etree.ElementTree\n"
+                "try:\n    import pytest, _pytest.junitxml\nexcept ImportError:\n    pass\n"
+                "print('MODULES ' + json.dumps(sorted(sys.modules)))")
 
 
 def run(argv, timeout=60, cwd=None):
@@ -174,6 +184,45 @@ def import_loads(names):
     return loads
 
 
+def preloaded_modules():
+    """Top-level modules the test runner and miner's helpers import, and this script itself."""
+    names = {name.split(".")[0] for name in sys.modules}
+    done = run([sys.executable, "-c", RUNNER_PROBE], timeout=120, cwd=PROJECT if os.path.isdir(PROJECT) else None)
+    for line in (done.stdout.splitlines() if done else []):
+        if line.startswith("MODULES "):
+            names |= {name.split(".")[0] for name in json.loads(line[8:])}
+    return names
+
+
+def stdlib_modules(names, loads):
+    """{module: {path, package, version, extensions: [{path, package, version}]}} for the standard
+    library modules the project imports that neither the test runner nor miner's helpers need,
+    whose file (and lib-dynload extensions it loads) a Debian package installed."""
+    stdlib = getattr(sys, "stdlib_module_names", ())
+    preloaded = preloaded_modules()
+    found = {}
+    for name in sorted(names):
+        if name not in stdlib or name in preloaded or name.startswith("_"):
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        origin = getattr(spec, "origin", None) if spec else None
+        if not origin or not os.path.isfile(origin):
+            continue
+        owner = debian_owner(os.path.realpath(origin))
+        if not owner:
+            continue
+        extensions = []
+        for path in loads.get(name, []):
+            ext_owner = debian_owner(path) if "lib-dynload" in path else None
+            if ext_owner:
+                extensions.append({"path": path, "package": ext_owner[0], "version": ext_owner[1]})
+        found[name] = {"path": origin, "package": owner[0], "version": owner[1], "extensions": extensions}
+    return found
+
+
 def inventory():
     libraries, extensions = linked_libraries()
     packages = {}
@@ -198,6 +247,7 @@ def inventory():
                                       for soname, _where in ldd(tool)}),
         "zones": sorted(zones), "zone_packages": zone_packages, "imports": sorted(names),
         "loaded": sorted({p for paths in loads.values() for p in paths}), "import_loads": loads,
+        "stdlib": stdlib_modules(names, loads),
     }
 
 

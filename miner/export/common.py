@@ -54,7 +54,7 @@ from miner.export.dockerized import (
     image_config,
     rewrite,
 )
-from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, HealthyState, Project, Task, content_id
+from miner.models import ENV_FILE, INSTRUCTION_VARIANTS, PROJECT_DIR, VENV_DIR, HealthyState, Project, Task, content_id
 from miner.sandbox.base import BuildSpec
 from miner.export.trusted import BOOT_NAME, RUNTIME_NAME, BootBuildError, boot_binary, runtime_text
 from miner.sandbox.docker import images, layout
@@ -92,6 +92,7 @@ class ExportOptions:
     # "compose" in its docker-compose.yaml (what Harbor's docker environment enforces as it is),
     # "harbor" also as [environment] network_mode / allowed_hosts (needs Harbor's egress control).
     network_policy: str = "compose"
+    variant: str = "symptom"  # which instruction the tasks carry (models.INSTRUCTION_VARIANTS)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]*", self.org) or ".." in self.org:
@@ -99,6 +100,8 @@ class ExportOptions:
         if self.network_policy not in NETWORK_POLICIES:
             raise ValueError(f"--network-policy must be one of {', '.join(NETWORK_POLICIES)}, "
                              f"not {self.network_policy!r}")
+        if self.variant not in INSTRUCTION_VARIANTS:
+            raise ValueError(f"--variant must be one of {', '.join(INSTRUCTION_VARIANTS)}, not {self.variant!r}")
 
 
 @dataclass
@@ -111,6 +114,7 @@ class TaskSource:
     healthy: HealthyState | None
     name: str  # folder name and the part of the Harbor name after "ORG/"
     dockerized: bool = False  # mined from the project's own Dockerfile (see miner.export.dockerized)
+    variant: str = "symptom"  # the instruction variant exported (models.INSTRUCTION_VARIANTS)
 
 
 # -- names, timeouts ----------------------------------------------------------------------------
@@ -120,9 +124,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.") or "task"
 
 
-def task_slug(task: Task) -> str:
-    """A stable, readable, unique folder name: project, inversion type and id prefix."""
-    return f"{slug(task.source.name)[:40]}__{slug(task.type_id.replace('/', '-'))}__{task.id[:10]}"
+def task_slug(task: Task, variant: str = "symptom") -> str:
+    """A stable, readable, unique folder name: project, inversion type, id prefix (and the
+    instruction variant, when it is not the default one)."""
+    name = f"{slug(task.source.name)[:40]}__{slug(task.type_id.replace('/', '-'))}__{task.id[:10]}"
+    return name if variant == "symptom" else f"{name}__{variant}"
 
 
 def test_timeout(task: Task) -> int:
@@ -584,7 +590,14 @@ def compose_override(service: str = "main", offline: bool = False) -> str:
 
 
 def instruction(ts: TaskSource) -> str:
-    """instruction.md: the task's symptom-based instruction (a generic one when none was written)."""
+    """instruction.md: the task's instruction in the exported variant (symptom: a generic one when
+    none was written); ExportError when a task mined before the variants lacks the one asked for."""
+    if ts.variant != "symptom":
+        text = ts.task.instructions.get(ts.variant, "").strip()
+        if not text:
+            raise ExportError(f"task {ts.task.id} has no {ts.variant} instruction (it was mined before instruction "
+                              "variants existed: mine it again)")
+        return text + "\n"
     text = ts.task.instruction.strip() or (
         "The Python project in /sandbox/project no longer passes its test suite: its environment is broken. "
         "Repair the environment so that the tests pass again, without changing the project's source or test files."
@@ -657,7 +670,7 @@ class SourceLoader:
         self.cache = cache
         self.projects: dict[tuple[str, str], tuple[Project, BuildSpec, HealthyState | None]] = {}
 
-    def load(self, task: Task) -> TaskSource:
+    def load(self, task: Task, variant: str = "symptom") -> TaskSource:
         key = (task.repo, task.commit)
         if key not in self.projects:
             self.projects[key] = self._fetch(task)
@@ -666,8 +679,8 @@ class SourceLoader:
         judged = set(task.f2p + task.p2p)
         if not dockerized and any(p.kind in ("command", "http") for p in task.probes if p.id in judged):
             raise ExportError("the task checks an image's CMD or service but its project has no Dockerfile")
-        return TaskSource(task=task, project=project, spec=spec, healthy=healthy, name=task_slug(task),
-                          dockerized=dockerized)
+        return TaskSource(task=task, project=project, spec=spec, healthy=healthy, name=task_slug(task, variant),
+                          dockerized=dockerized, variant=variant)
 
     def _fetch(self, task: Task) -> tuple[Project, BuildSpec, HealthyState | None]:
         from miner.install import build_spec

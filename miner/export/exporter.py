@@ -32,15 +32,21 @@ from miner.models import Task
 
 def select_tasks(store, types: Iterable[str] = (), repo: str | None = None,
                  difficulty: str | None = None, limit: int | None = None, evidence: Iterable[str] = (),
-                 offline: bool = False) -> list[Task]:
+                 offline: bool = False, type_ids: set[str] | None = None) -> list[Task]:
     """Stored tasks matching any of the types (exact id or family), the repo and difficulty, naming one
-    of the evidence kinds (when given) and, with `offline`, repairable without network; oldest first."""
+    of the evidence kinds (when given) and, with `offline`, repairable without network; oldest first.
+
+    `type_ids` (what a category filter maps to: miner.catalogue.types_in_categories) keeps the
+    tasks of one of those types, or compound tasks with a part of one of them.
+    """
     chosen: dict[str, Task] = {}
     keep = evidence_filter(evidence, offline)
     for type_spec in list(types) or [None]:
         for task in store.list_tasks(type_spec, repo=repo, difficulty=difficulty):
             if keep(task):
                 chosen.setdefault(task.id, task)
+    if type_ids is not None:
+        chosen = {k: t for k, t in chosen.items() if set(t.type_ids) & type_ids}
     ordered = sorted(chosen.values(), key=lambda t: (t.created, t.id))
     return ordered[:limit] if limit is not None else ordered
 
@@ -96,16 +102,16 @@ def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportO
     records: list[dict] = []
     for task in tasks:
         began = time.monotonic()
-        outcome = TaskOutcome(task_id=task.id, name=task_slug(task), status="failed")
+        outcome = TaskOutcome(task_id=task.id, name=task_slug(task, options.variant), status="failed")
         try:
             if isinstance(form, RecordsFormat):
-                record = form.task_record(loader.load(task), options)
+                record = form.task_record(loader.load(task, options.variant), options)
                 records.append(record)
                 outcome.status, outcome.bytes = "written", len(json.dumps(record))
             elif (dest := out / outcome.name).exists() and not options.overwrite:
                 outcome.status = "kept"
             else:
-                files = form.task_files(loader.load(task), options, pip, manifests)
+                files = form.task_files(loader.load(task, options.variant), options, pip, manifests)
                 outcome.status = place_tree(dest, files, options.overwrite)
                 outcome.bytes = tree_bytes(files)
         except ExportError as exc:

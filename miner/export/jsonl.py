@@ -2,7 +2,8 @@
 
 Fields: instance_id, repo, base_commit, environment_setup_commit, FAIL_TO_PASS, PASS_TO_PASS
 (JSON-encoded lists, as in the SWE-bench datasets), problem_statement, hints_text, created_at,
-version, plus miner's own: inversion_type, inversion_family, target, difficulty,
+version, plus miner's own: inversion_type, inversion_family, inversion_category, compound_parts,
+instruction_variant (which instruction problem_statement holds), target, difficulty,
 difficulty_score, dockerfile, break_script, fix_script, test_command, probes, summary, and rule 8's
 evidence_kinds, evidence (one "kind: detail" line each) and allowed_hosts (what the repair must
 reach: the package index pip's defaults name, the Debian archive; empty for an offline repair).
@@ -28,6 +29,7 @@ from miner.export.common import (
     evidence_metadata,
     final_lines,
     healthy_stage,
+    instruction,
     network_route,
 )
 from miner.export.registry import RecordsFormat, register
@@ -53,7 +55,8 @@ def task_record(ts: TaskSource, options: ExportOptions) -> dict:
         "repo": task.repo,
         "base_commit": task.commit,
         "environment_setup_commit": task.commit,
-        "problem_statement": task.instruction,
+        "problem_statement": instruction(ts),
+        "instruction_variant": ts.variant,
         "hints_text": "",
         "created_at": task.created,
         "version": __version__,
@@ -61,6 +64,8 @@ def task_record(ts: TaskSource, options: ExportOptions) -> dict:
         "PASS_TO_PASS": json.dumps(task.p2p),
         "inversion_type": task.type_id,
         "inversion_family": task.family,
+        "inversion_category": task.category,
+        "compound_parts": json.dumps([{"type": p.type_id, "target": p.target.key} for p in task.parts]),
         "target": task.target.key,
         "summary": task.summary,
         "difficulty": task.difficulty,

@@ -84,7 +84,7 @@ def task_yaml(ts: TaskSource, pip_env: dict[str, str] | None = None) -> str:
         "author_email": "unknown",
         "difficulty": task.difficulty if task.difficulty in ESTIMATES else "unknown",
         "category": CATEGORY,
-        "tags": ["environment-repair", task.family, task.type_id, "python"],
+        "tags": ["environment-repair", task.family, task.type_id, "python", f"instruction-variant:{ts.variant}"],
         "parser_name": "pytest",
         "max_agent_timeout_sec": agent_timeout(task),
         "max_test_timeout_sec": verifier_timeout(task),

@@ -22,7 +22,7 @@ from miner.graph.build import canonical
 from miner.models import HealthyState, Target
 
 # Target kinds the graph has no nodes for: tried after the selected ones, with no prediction.
-UNMODELLED_KINDS = frozenset({"system", "service"})
+UNMODELLED_KINDS = frozenset({"system", "service", "setting", "state", "compound"})
 
 
 def target_nodes(graph: nx.DiGraph, target: Target) -> list[str]:
@@ -38,7 +38,9 @@ def target_nodes(graph: nx.DiGraph, target: Target) -> list[str]:
     if target.kind == "distribution":
         node = f"distribution:{canonical(target.name)}"
         return [node] if node in graph else []
-    if target.kind == "module":
+    if target.kind == "bytecode" and target.attrs.get("owner") == "project":
+        return [f"module:{target.name}"] if f"module:{target.name}" in graph else []
+    if target.kind in ("module", "submodule", "bytecode"):
         top = target.name.split(".", 1)[0]
         nodes = [f"module:{target.name}"] if f"module:{target.name}" in graph else []
         providers = graph.graph.get("providers", {}).get(top, [])

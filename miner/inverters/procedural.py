@@ -35,6 +35,7 @@ small budget spreads over them.
 
 from __future__ import annotations
 
+import base64
 import configparser
 import copy
 import functools
@@ -53,6 +54,7 @@ from typing import Any
 
 import tomli_w
 import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from miner.catalogue import CatalogueError, render
@@ -92,6 +94,11 @@ def published_sdist(project: Project) -> dict[str, str] | None:
         return None
     name, version = project.source.location.split("==", 1)
     return {"sdist_name": name.strip(), "sdist_version": version.strip()}
+
+
+def b64_lines(data: bytes) -> str:
+    """Base64 wrapped at 76 columns, for heredocs in break scripts (a fix never decodes one: rule 8)."""
+    return base64.encodebytes(data).decode().rstrip("\n")
 
 
 # ---------------------------------------------------------------- config files
@@ -402,6 +409,57 @@ def older_release(current: str, available: Iterable[str]) -> str | None:
     return None
 
 
+def _final_versions(available: Iterable[str]) -> list[Version]:
+    found = []
+    for text in available:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if not version.is_prerelease and not version.is_devrelease:
+            found.append(version)
+    return sorted(found, reverse=True)
+
+
+def previous_release(current: str, available: Iterable[str]) -> str | None:
+    """The newest final release older than `current`, or None."""
+    try:
+        now = Version(current)
+    except InvalidVersion:
+        return None
+    return next((str(v) for v in _final_versions(available) if v < now), None)
+
+
+def canonical_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_on(requirement: str, dist: str) -> SpecifierSet | None:
+    """The version specifier of a "name specifier" requirement string on `dist` (None: not on it,
+    or no specifier)."""
+    name, _, spec = requirement.partition(" ")
+    if canonical_name(name) != canonical_name(dist) or not spec.strip():
+        return None
+    try:
+        return SpecifierSet(spec.replace(" ", ""))
+    except InvalidSpecifier:
+        return None
+
+
+def violating_release(current: str, spec: SpecifierSet, available: Iterable[str]) -> str | None:
+    """A final release outside `spec`: the oldest newer one than `current` (an upgrade too far), else
+    the newest older one (a downgrade too far); None when every release satisfies it."""
+    try:
+        now = Version(current)
+    except InvalidVersion:
+        return None
+    outside = [v for v in _final_versions(available) if not spec.contains(v, prereleases=False)]
+    newer = sorted(v for v in outside if v > now)
+    older = [v for v in outside if v < now]
+    chosen = newer[0] if newer else older[0] if older else None
+    return str(chosen) if chosen else None
+
+
 def wrong_value(value: str) -> str:
     """A plausible but wrong value of the same shape: flipped flag, -1, another path, a typo."""
     low = value.lower()
@@ -498,6 +556,9 @@ class ProceduralInverter:
             "sibling_mode": self._sibling_mode,
             "published_source": self._published_source,
             "stated_value": self._stated_value,
+            "previous_version": self._previous_version,
+            "conflicting_version": self._conflicting_version,
+            "user_config": self._user_config,
         }
         for itype in self.types:
             unknown = set(itype.preconditions.get("context", [])) - set(self.providers)
@@ -599,7 +660,7 @@ class ProceduralInverter:
         if target.kind == "distribution":
             version = healthy.distributions.get(target.name) or target.attrs.get("version")
             return {"dist": target.name, "version": version} if version else None
-        if target.kind in ("module", "script"):
+        if target.kind in ("module", "script", "submodule", "bytecode"):
             dist = target.attrs.get("dist")
             version = healthy.distributions.get(dist or "") or target.attrs.get("version")
             return {"dist": dist, "version": version}
@@ -608,12 +669,49 @@ class ProceduralInverter:
             return {"value": value} if value is not None else None
         return {}
 
-    def _bad_version(self, job: Job) -> dict[str, Any] | None:
-        name = job.target.name
-        if name not in self._versions:
+    def _releases(self, job: Job) -> list[str]:
+        """Releases on the index of the target's distribution (the target itself, or its `dist`)."""
+        name = job.target.name if job.target.kind == "distribution" else job.target.attrs.get("dist") or ""
+        if name and name not in self._versions:
             self._versions[name] = self.version_lookup(name)
-        bad = older_release(job.base["version"], self._versions[name])
+        return self._versions.get(name, [])
+
+    def _bad_version(self, job: Job) -> dict[str, Any] | None:
+        bad = older_release(job.base.get("version") or "", self._releases(job))
         return {"bad_version": bad} if bad else None
+
+    def _previous_version(self, job: Job) -> dict[str, Any] | None:
+        before = previous_release(job.base.get("version") or "", self._releases(job))
+        return {"old_version": before} if before else None
+
+    def _conflicting_version(self, job: Job) -> dict[str, Any] | None:
+        """A release of the distribution outside what another installed distribution requires of it."""
+        name = job.target.name
+        wanted = [(canonical_name(d.name), spec) for d in job.healthy.inventory for req in d.requirements
+                  if (spec := requirement_on(req, name)) is not None]
+        for requirer, spec in sorted(wanted):
+            found = violating_release(job.base["version"], spec, self._releases(job))
+            if found:
+                return {"conflict_version": found, "required_by": requirer, "specifier": str(spec)}
+        return None
+
+    def _user_config(self, job: Job) -> dict[str, Any] | None:
+        """The project's config with one key (one the code names, preferably) given a value of another
+        type: what a stale copy in the user's config folder holds."""
+        rel = job.target.attrs.get("project_config")
+        fmt = job.target.attrs.get("format")
+        path = job.project.path / (rel or "")
+        if not rel or not fmt or not path.is_file():
+            return None
+        config = Target(kind="config", name=rel, path=rel, attrs={"format": fmt})
+        inner = Job(project=job.project, healthy=job.healthy, target=config, rng=job.rng, base={})
+        found = self._retype_key(inner)
+        if found is None:
+            return None
+        lines = path.read_text(encoding="utf-8").split("\n")
+        lines[found["line"] - 1] = found["new_line"]
+        return {"user_key": found["key"], "user_b64": b64_lines("\n".join(lines).encode()),
+                "user_value": found["new_value"]}
 
     def _code_facts(self, project: Project) -> CodeFacts:
         if project.path not in self._facts:

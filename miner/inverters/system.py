@@ -15,8 +15,11 @@ syslib    a shared library an extension module the project imports loads (never 
           interpreter's own nor a core library): soname, package, version, modules
 debpkg    a Debian package owning such libraries: version, libraries, modules
 system    role=interpreter-symlink (/usr/bin/python3, the venv's python: their targets still exist),
-          role=ca-bundle (rebuilt by update-ca-certificates), role=locale (C.utf8) and
-          role=zoneinfo (zones the project names): package and version of the file's package
+          role=ca-bundle (rebuilt by update-ca-certificates), role=locale (C.utf8),
+          role=zoneinfo (zones the project names), role=stdlib-module (a standard-library module
+          the project imports and neither the test runner nor miner's helpers need) and
+          role=stdlib-extension (a lib-dynload extension such a module loads): package and
+          version of the file's package
 service   a Dockerized service (an image that EXPOSEs ports): role=port (a config line holding an
           EXPOSEd port: the image states it), role=value (a config value its HTTP answer shows, that
           another project file states next to its key), role=dependency (a module the running
@@ -82,7 +85,24 @@ def system_targets(observation: dict[str, Any] | None) -> list[Target]:
         attrs = {"libraries": [lib["soname"] for lib in libs], "modules": modules,
                  **_debian(package, packages[package]["version"])}
         targets.append(Target(kind="debpkg", name=package.split(":")[0], attrs=attrs))
-    return targets + _system_files(observation, archive)
+    return targets + _system_files(observation, archive) + (_stdlib(observation) if archive else [])
+
+
+def _stdlib(observation: dict[str, Any]) -> list[Target]:
+    """Standard-library modules and the extensions they load, restorable from the Debian archive."""
+    targets = []
+    for module, entry in sorted((observation.get("stdlib") or {}).items()):
+        found = _debian(entry.get("package"), entry.get("version"))
+        if found and entry.get("path"):
+            targets.append(Target(kind="system", name=f"stdlib:{module}", path=entry["path"],
+                                  attrs={"role": "stdlib-module", "module": module, **found}))
+        for ext in entry.get("extensions", []):
+            found = _debian(ext.get("package"), ext.get("version"))
+            if found and ext.get("path"):
+                name = ext["path"].rsplit("/", 1)[-1].split(".", 1)[0]
+                targets.append(Target(kind="system", name=f"stdlib-extension:{name}", path=ext["path"],
+                                      attrs={"role": "stdlib-extension", "module": module, **found}))
+    return targets
 
 
 def _system_files(observation: dict[str, Any], archive: bool) -> list[Target]:

@@ -1,0 +1,228 @@
+"""Compound tasks: K validated inversions of one project stacked into one task, validated as a whole.
+
+    found = build_compounds(ctx, project, store, graph, catalogue, CompoundOptions(k=2, budget=5))
+
+The parts come from the project's stored single tasks (same repo, commit and backend; neither a
+compound, nor a model's, nor a whole-suite task, nor one of a type the catalogue lacks). A
+combination is tried only when its parts stand apart: different targets, on different branches
+of the dependency graph (neither target's nodes reach the other's), and different F2P sets.
+
+The compound inversion (type `compound/<k>`, family "compound") runs the parts' break scripts in
+order and their fix scripts in reverse order (undoing the last break first), each in its own
+subshell, and is judged by the same validator as any candidate (miner.validate.validate). Then
+every part must be necessary (leave-one-out): with every fix applied but that part's, some
+healthy-passing test still fails. A compound where one part's fix also repairs another part's
+symptom is refused with the rule `overlapping-parts`. The task's F2P set is the union the
+validator measured; each part keeps its type, target, F2P set and evidence (Task.parts), and its
+difficulty rises with the number of parts and their depth (miner.tasks.compound_difficulty).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from miner.graph import target_nodes
+from miner.models import Candidate, Evidence, Inversion, InversionType, Part, Project, Target, Task
+from miner.store import Store
+from miner.tasks import make_compound_task, task_files
+from miner.validate import Context, Rejected, Run, validate
+
+MAX_POOL = 24  # single tasks a project's combinations are drawn from (after the seeded shuffle)
+
+
+@dataclass
+class CompoundOptions:
+    k: int = 2  # parts per compound
+    budget: int = 5  # compound candidates validated per project
+    seed: int = 0
+
+
+@dataclass
+class CompoundReport:
+    repo: str
+    tried: int = 0
+    validated: int = 0
+    resumed: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # rule -> candidates
+
+
+def compound_inversion(parts: list[Task], catalogue: dict[str, InversionType]) -> Inversion:
+    """The inversion that breaks like every part in order and fixes them in reverse order."""
+    k = len(parts)
+    evidence = list({(e.kind, e.detail): e for p in parts for e in p.evidence}.values())
+
+    def body(label: str, scripts: list[tuple[int, Task, str]]) -> str:
+        lines = ["set -euo pipefail", f"# compound of {k} faults: each part's {label} script in its own subshell"]
+        for number, part, script in scripts:
+            lines += [f"# part {number}/{k}: {part.type_id} on {part.target.key}", "(", script.rstrip("\n"), ")"]
+        return "\n".join(lines) + "\n"
+
+    numbered = list(enumerate(parts, 1))
+    network = [catalogue[p.type_id].network for p in parts]
+    return Inversion(
+        type_id=f"compound/{k}", family="compound",
+        target=Target(kind="compound", name="+".join(p.target.key for p in parts),
+                      attrs={"parts": [p.id for p in parts], "types": [p.type_id for p in parts]}),
+        break_script=body("break", [(n, p, p.break_script) for n, p in numbered]),
+        fix_script=body("fix", [(n, p, p.fix_script) for n, p in reversed(numbered)]),
+        summary="; ".join(p.summary for p in parts),
+        network_break=any(n.get("break", False) for n in network),
+        network_fix=any(n.get("fix", False) for n in network),
+        evidence=[Evidence(kind=e.kind, detail=e.detail) for e in evidence],
+    )
+
+
+def _reaches(graph: nx.DiGraph | None, a: Target, b: Target) -> bool:
+    """Whether one target's graph nodes depend on the other's (one branch of the graph)."""
+    if graph is None:
+        return False
+    nodes_a, nodes_b = set(target_nodes(graph, a)), set(target_nodes(graph, b))
+    if nodes_a & nodes_b:
+        return True
+    return any(nx.has_path(graph, x, y) or nx.has_path(graph, y, x) for x in nodes_a for y in nodes_b)
+
+
+def stand_apart(a: Task, b: Task, graph: nx.DiGraph | None) -> bool:
+    """Two tasks that may share a compound: other targets, other branches, other F2P sets."""
+    return (a.target.key != b.target.key and set(a.f2p) != set(b.f2p)
+            and (a.target.path is None or a.target.path != b.target.path) and not _reaches(graph, a.target, b.target))
+
+
+def eligible(tasks: list[Task], catalogue: dict[str, InversionType], backend: str) -> list[Task]:
+    """Single, procedural, partial tasks of a type the catalogue holds, mined with this backend."""
+    return [t for t in tasks if not t.parts and t.family != "compound" and t.model is None and not t.whole_suite
+            and t.type_id in catalogue and t.backend == backend]
+
+
+def combinations(tasks: list[Task], k: int, graph: nx.DiGraph | None, seed: int) -> list[list[Task]]:
+    """Combinations of k tasks that pairwise stand apart: seeded order, most families first."""
+    pool = sorted(tasks, key=lambda t: t.id)
+    rng = random.Random(seed)
+    rng.shuffle(pool)
+    pool = pool[:MAX_POOL]
+    apart = {(a.id, b.id): stand_apart(a, b, graph) for a, b in itertools.combinations(pool, 2)}
+    found = [list(c) for c in itertools.combinations(pool, k)
+             if all(apart[(a.id, b.id)] for a, b in itertools.combinations(c, 2))]
+    ties = {tuple(t.id for t in c): rng.random() for c in found}
+    return sorted(found, key=lambda c: (-len({t.family for t in c}), -len({t.category for t in c}),
+                                        ties[tuple(t.id for t in c)]))
+
+
+def unneeded_part(ctx: Context, inversion: Inversion, parts: list[Task],
+                  catalogue: dict[str, InversionType]) -> tuple[Task, float] | None:
+    """Leave-one-out: the first part whose fault no test notices once every other part is fixed
+    (None when each is necessary), and the suite runs it took."""
+    run = Run(ctx, inversion)
+    for left in parts:
+        others = [p for p in reversed(parts) if p.id != left.id]
+        with ctx.backend.fork(ctx.env) as sandbox:
+            run.apply(sandbox, "break", inversion.break_script, inversion.network_break)
+            for number, part in enumerate(others, 1):
+                run.apply(sandbox, f"fix-{number}", part.fix_script, catalogue[part.type_id].network.get("fix", False))
+            f2p, _ = run.f2p_p2p(run.check(sandbox))
+        if not f2p:
+            return left, run.suite_runs
+    return None
+
+
+def judge(ctx: Context, inversion: Inversion, parts: list[Task], catalogue: dict[str, InversionType]) -> Candidate:
+    """The compound candidate as the validator judges it, then every part's necessity."""
+    candidate = validate(ctx, inversion)
+    if candidate.status != "validated":
+        return candidate
+    try:
+        found = unneeded_part(ctx, inversion, parts, catalogue)
+    except Rejected as exc:  # a part's fix fails while another part is still broken: they are entangled
+        return candidate.model_copy(update={"status": "rejected", "rule": "overlapping-parts",
+                                            "detail": f"leave-one-out: {exc.detail}"})
+    if found is not None:
+        left, runs = found
+        return candidate.model_copy(update={
+            "status": "rejected", "rule": "overlapping-parts", "suite_runs": candidate.suite_runs + runs,
+            "detail": f"with every other part fixed, no test notices {left.type_id} on {left.target.key}: "
+                      "another part's fix repairs its symptom"})
+    return candidate
+
+
+def build_compounds(ctx: Context, project: Project, store: Store, graph: nx.DiGraph | None,
+                    catalogue: dict[str, InversionType], options: CompoundOptions,
+                    say: Callable[[str], None] | None = None) -> CompoundReport:
+    """Try up to options.budget compounds of options.k stored tasks of the project; store the valid ones."""
+    say = say or (lambda text: None)
+    report = CompoundReport(repo=project.repo)
+    stored = [t for t in store.list_tasks(repo=project.repo) if t.repo == project.repo and t.commit == project.commit]
+    tasks = eligible(stored, catalogue, ctx.backend.name)
+    if len(tasks) < options.k:
+        say(f"compound: {len(tasks)} stored task(s) can be parts, {options.k} are needed")
+        return report
+    for parts in combinations(tasks, options.k, graph, options.seed):
+        if report.tried >= options.budget:
+            break
+        inversion = compound_inversion(parts, catalogue)
+        cid = inversion.id_for(project)
+        if store.has_candidate(cid):
+            report.resumed += 1
+            continue
+        say(f"compound {report.tried + 1}/{options.budget}: " + " + ".join(f"{p.type_id} on {p.target.name}"
+                                                                      for p in parts))
+        candidate = judge(ctx, inversion, parts, catalogue)
+        report.tried += 1
+        if candidate.status == "validated":
+            task = make_compound_task(project, ctx.state, candidate, [part_of(p, catalogue) for p in parts],
+                                      ctx.backend.name, graph)
+            store.add_task(task, task_files(task, ctx.state, candidate))
+            symptom = (task.family, frozenset(task.f2p))
+            ctx.symptoms[symptom] = ctx.symptoms.get(symptom, 0) + 1
+            report.validated += 1
+        else:
+            report.refused[candidate.rule or "?"] = report.refused.get(candidate.rule or "?", 0) + 1
+        store.record_candidate(project.key, candidate)
+        say(f"compound: {candidate.status}" + (f" ({candidate.rule})" if candidate.rule else ""))
+    return report
+
+
+def part_of(task: Task, catalogue: dict[str, InversionType]) -> Part:
+    """A stored single task as a compound's part."""
+    return Part(task_id=task.id, type_id=task.type_id, family=task.family,
+                category=task.category or catalogue[task.type_id].category, target=task.target,
+                summary=task.summary, f2p=task.f2p, graph_depth=task.graph_depth,
+                difficulty_score=task.difficulty_score, evidence=task.evidence)
+
+
+def compound_stored(store: Store, options: CompoundOptions, repo: str | None = None,
+                    catalogue: dict[str, InversionType] | None = None,
+                    say: Callable[[str, str], None] | None = None, timeout: float = 600.0) -> list[CompoundReport]:
+    """`miner compound`: compounds built from the tasks already stored, project by project (each
+    prepared again at its commit, its healthy state reused from the store)."""
+    from miner.catalogue import load_catalogue
+    from miner.graph import build_graph
+    from miner.healthy import RAW_KINDS
+    from miner.prepare import prepare
+    from miner.sandbox import get_backend
+    from miner.validate import healthy_manifest
+
+    catalogue = catalogue if catalogue is not None else load_catalogue()
+    say = say or (lambda name, text: None)
+    groups: dict[tuple[str, str, str], Task] = {}
+    for task in store.list_tasks(repo=repo):
+        groups.setdefault((task.repo, task.commit, task.backend), task)
+    reports = []
+    for (_, commit, backend_name), first in sorted(groups.items()):
+        name = first.source.name
+        backend = get_backend(backend_name)
+        prepared = prepare(first.source, backend, store, commit=commit, timeout=timeout,
+                           say=lambda text: say(name, text))
+        state = prepared.state
+        assert state is not None
+        extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
+        ctx = Context(backend, prepared.env, state, healthy_manifest(backend, prepared.env), timeout=timeout,
+                      extra=extra, symptoms=store.symptoms(prepared.project.repo, prepared.project.commit))
+        graph = build_graph(prepared.project, state)
+        reports.append(build_compounds(ctx, prepared.project, store, graph, catalogue, options,
+                                       say=lambda text: say(name, text)))
+    return reports
