@@ -785,7 +785,7 @@ def replay(ctx: click.Context, task_id: str, keep: bool, shell: bool, backend: s
 @click.pass_context
 def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None, budget: int, seed: int,
           backend: str) -> None:
-    """Write the dependency graph of a source or a stored task, with inversion points in red.
+    """Write the dependency graph of a source or a stored task (on its own backend), with inversion points in red.
 
     A task id draws its project with the task's target; a source (a folder, a git URL,
     pypi:NAME==VERSION) is fetched, built and measured unless the store holds its healthy state,
@@ -817,7 +817,10 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
             source = task.source if task else parse_source(source_or_task, Path.cwd())
             if source is None:
                 raise ValueError(f"not a task id nor a source: {source_or_task!r}")
-            prepared = prepare(source, get_backend(backend), store, commit=task.commit if task else None,
+            # a task's project is prepared on the backend it was mined on: its healthy state (with the
+            # container's system, on Docker) is then the stored one
+            prepared = prepare(source, get_backend(task.backend if task else backend), store,
+                               commit=task.commit if task else None,
                                work=Path.home() / ".cache" / "miner",
                                say=lambda text: console.print(f"[dim]{escape(text)}[/dim]"))
             project, healthy = prepared.project, prepared.state

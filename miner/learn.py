@@ -123,11 +123,9 @@ def own_context(store: Store, task: Task, backend: Backend) -> tuple[Project, Co
         prepared = prepare(task.source, backend, store, commit=task.commit)
     except (FetchError, PinError) as exc:
         raise LearnError(f"cannot fetch the task's project: {exc}") from None
-    caps, state = backend.capabilities, prepared.state
+    state = prepared.state
     assert state is not None  # prepare measures unless asked not to
-    manifest = healthy_manifest(backend, prepared.env, caps.scan_roots, caps.scan_exclude)
-    return prepared.project, Context(backend, prepared.env, state, manifest, scan_roots=caps.scan_roots,
-                                     scan_exclude=caps.scan_exclude)
+    return prepared.project, Context(backend, prepared.env, state, healthy_manifest(backend, prepared.env))
 
 
 def task_prompt(task: Task, project: Project, state: HealthyState) -> str:

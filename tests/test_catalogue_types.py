@@ -29,7 +29,7 @@ from miner.inverters.system import targets_beneath
 from miner.inverters.targets import enumerate_targets
 from miner.models import HealthyState, Project, Target
 from miner.prepare import prepare
-from miner.projectfiles import test_file_of
+from miner.projectfiles import test_file_of as file_of_test
 from miner.sandbox.base import Backend
 from miner.sources import parse_source
 from miner.validate import Context, healthy_manifest, validate
@@ -110,7 +110,7 @@ def make_world(base: Path, backend: Backend) -> World:
     prepared = prepare(source, backend, None, work=base / "work", timeout=600)
     state = prepared.state
     assert state is not None and len(state.passing) > 20, state
-    tests = {f for f in map(test_file_of, state.outcomes) if f}
+    tests = {f for f in map(file_of_test, state.outcomes) if f}
     targets = enumerate_targets(prepared.project, state, targets_beneath(state.system, prepared.project.path, tests))
     ctx = Context(backend, prepared.env, state, healthy_manifest(backend, prepared.env), timeout=600)
     return World(prepared.project, state, backend, ctx, {t.key: t for t in targets})

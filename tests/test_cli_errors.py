@@ -64,6 +64,8 @@ CASES: list[tuple[str, list[str], str, dict[str, str]]] = [
     ("check-missing-folder", ["check", "{tmp}/missing"], "does not exist", {}),
     ("discover-no-input", ["discover"], "give exactly one of --pypi NAMES_FILE or --github QUERY", {}),
     ("discover-missing-names", ["discover", "--pypi", "{tmp}/missing.txt"], "cannot read the names file", {}),
+    ("compound-bad-k", ["compound", "--k", "1"], "--k", {}),
+    ("compound-no-store", ["--store", "{tmp}/no-store", "compound"], "no store at", {}),
     ("gc-bad-limit", ["gc", "--cache-limit-gb", "-1"], "--cache-limit-gb", {}),
     ("gc-no-store", ["--store", "{tmp}/no-store", "gc"], "no store at", {}),
     ("inversions-learn-unknown-id", ["inversions", "learn", "NO_SUCH_ID", "--model", "m"],

@@ -64,7 +64,7 @@ def test_a_killed_crawl_resumes_to_the_uninterrupted_result(mined_store: Path, t
                 proc.wait()
     # what the killed crawl had printed was in the file already: flushed line by line, not at the end
     printed = (tmp_path / "crawl.log").read_text()
-    for phase in ("fetching", "building", "recording healthy state", "candidate 1/"):
+    for phase in ("fetching", "building", "recording the healthy state", "candidate 1/"):
         assert re.search(rf"^\S+ textkit {phase}", printed, re.MULTILINE), printed
     before = candidate_ids(store / "miner.db")
     assert 0 < len(before) < int(MINED_OPTIONS[MINED_OPTIONS.index("--budget") + 1])

@@ -172,8 +172,9 @@ def test_default_repos_file_parses() -> None:
     assert errors == []
     kinds = [s.kind for s in sources]
     assert kinds.count("local") == 4 and kinds.count("pypi") >= 3
-    # only stocksync needs an override: the CA bundle its README tells users to export
+    # only fixtures have overrides: the variables their READMEs tell users to export
     assert {s.name: s.overrides for s in sources if s.overrides} == {
+        "inventory-app": {"env.INVENTORY_CURRENCY": "EUR"}, "weather-report": {"env.WEATHER_UNITS": "metric"},
         "stocksync": {"env.SSL_CERT_FILE": "/sandbox/project/certs/dev-ca.pem"}}
 
 
