@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from miner.evidence import needs_network
 from miner.graph import target_nodes
 from miner.models import Candidate, Evidence, Inversion, InversionType, Part, Project, Target, Task
 from miner.store import Store
@@ -120,11 +121,11 @@ def unneeded_part(ctx: Context, inversion: Inversion, parts: list[Task],
     run = Run(ctx, inversion)
     for left in parts:
         others = [p for p in reversed(parts) if p.id != left.id]
-        with ctx.backend.fork(ctx.env) as sandbox:
+        with run.fork() as sandbox:
             run.apply(sandbox, "break", inversion.break_script, inversion.network_break)
-            for number, part in enumerate(others, 1):
-                run.apply(sandbox, f"fix-{number}", part.fix_script, catalogue[part.type_id].network.get("fix", False))
-            f2p, _ = run.f2p_p2p(run.check(sandbox))
+            for number, part in enumerate(others, 1):  # each fix with the network its evidence needs (rule 8)
+                run.apply(sandbox, f"fix-{number}", part.fix_script, needs_network([e.kind for e in part.evidence]))
+            f2p, _ = run.f2p_p2p(run.check(sandbox, "leave-one-out"))
         if not f2p:
             return left, run.suite_runs
     return None

@@ -416,6 +416,9 @@ def _mine_with_agent(mining: _Mining, extra_targets: list[Target]) -> None:
     # the same questions, which the cache answers for free; the seed spreads the goals instead.
     mined = [task for task in mining.unit.knowledge.tasks if task.model is None]
     targets = enumerate_targets(project, ctx.state, extra_targets)
+    if options.types:  # families or types chosen (--types): the goals lie on the targets those break
+        kinds = {t.target for t in mining.unit.types}
+        targets = [t for t in targets if t.kind in kinds] or targets
     goals = make_goals(project, ctx.state, mining.graph, targets, mining.unit.types, mined,
                        agent_options.settings.goals, options.seed)
 

@@ -225,18 +225,19 @@ def crawl(repos: Path, store: Store, options: CrawlOptions, on_phase: Phase | No
     units = driver.units(sources, types, root)
     get_executor(options).run(units, recorder.record, driver.finish, phase)
     if options.compound > 1:
-        _compounds(store, driver.reports(), {t.id: t for t in types}, options, phase)
+        _compounds(store, driver.reports(), {s.raw: s.name for s in sources}, {t.id: t for t in types}, options,
+                   phase)
     if options.cache_dir is not None and options.cache_limit_gb is not None:  # this node's cache, whenever trimmed last
         trim_cache(options.cache_dir, int(options.cache_limit_gb * GB))
     return CrawlReport(driver.reports(), [str(e) for e in errors], time.monotonic() - start)
 
 
-def _compounds(store: Store, reports: list[ProjectReport], catalogue: dict[str, InversionType],
-               options: CrawlOptions, phase: Phase) -> None:
+def _compounds(store: Store, reports: list[ProjectReport], names: dict[str, str],
+               catalogue: dict[str, InversionType], options: CrawlOptions, phase: Phase) -> None:
     """Compound tasks of each mined project, stacked from its stored tasks once all its units are
     recorded. This runs here, in the driver (it reads the project's tasks and writes new ones)."""
     for report in (r for r in reports if r.status == "mined" and r.validated > 1):
-        phase(repo_name(report.repo), f"stacking {options.compound} validated inversions into compound tasks")
+        phase(names.get(report.source, report.repo), f"stacking {options.compound} validated inversions into compound tasks")
         found = compound_stored(store, CompoundOptions(k=options.compound, budget=options.compound_budget,
                                                        seed=options.seed), repo=report.repo, catalogue=catalogue,
                                 say=phase, timeout=options.timeout)

@@ -84,6 +84,7 @@ def make_compound_task(project: Project, state: HealthyState, cand: Candidate, p
     )
     task.instructions = write_instructions(task, cand, state, categories=[p.category for p in parts])
     task.instruction = task.instructions["symptom"]
+    task.solver_view = observed_symptom(task, cand, state).view()  # validated like any candidate's
     return task
 
 

@@ -299,7 +299,7 @@ def test_agent_crawl_accounts_tokens_reruns_free_and_learns_a_type(tmp_path: Pat
     repos = write_repos(tmp_path / "repos.txt", [FIXTURES / "textkit", FIXTURES / "inventory-app"])
     store = tmp_path / "store"
     crawl = ("crawl", "--repos", repos, "--inverter", "agent", "--model", "scripted", "--agent-goals", "1",
-             "--agent-rounds", "1", "--llm-retries", "1", "--model-instructions")
+             "--agent-rounds", "1", "--llm-retries", "1", "--model-instructions", "--types", "data")
     instruction = "# Repair the environment\n\nThe keyword tests of the project now fail: `python -m pytest`."
     script = [tool("list_tests"), submit(UNREADABLE, READABLE, "stop word list made unreadable"), say(instruction),
               submit(UNREADABLE, READABLE, "stop word list made unreadable")]  # inventory-app: no such file
