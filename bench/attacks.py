@@ -1,6 +1,6 @@
 """Every known shortcut against every task of a store: the table for BENCHMARKS.md (issue 11).
 
-    python bench/attacks.py --store /tmp/att [--out /tmp/att-harbor] [--jobs 2] [--only ID]...
+    python bench/attacks.py --store /tmp/att [--out /tmp/att-harbor] [--jobs 2] [--only ID]... [--per-type N]
 
 Exports the store's tasks to Harbor folders (kept when already there), runs `miner check --attacks`'s
 engine (miner.attacks) over all of them, and prints: per task the baseline and the shortcuts that
@@ -48,10 +48,19 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--only", action="append", default=[], help="shortcut ids or classes")
     parser.add_argument("--json", type=Path, default=None, help="also write the full report here")
+    parser.add_argument("--per-type", type=int, default=None,
+                        help="at most this many tasks of each inversion type (default: every task)")
     args = parser.parse_args()
     out = args.out or args.store.parent / "harbor-attacks"
     with Store(args.store, create=False) as store:
-        summary = export_tasks(store, select_tasks(store), "harbor", out, ExportOptions())
+        chosen = select_tasks(store)
+        if args.per_type is not None:
+            kept: list = []
+            for task in chosen:
+                if sum(t.type_id == task.type_id for t in kept) < args.per_type:
+                    kept.append(task)
+            chosen = kept
+        summary = export_tasks(store, chosen, "harbor", out, ExportOptions())
     failed = [(o.name, o.reason) for o in summary.failed]
     print(f"exported {len(summary.outcomes)} task(s) to {out} ({len(failed)} failed){failed[:3] if failed else ''}")
     folders = [out / o.name for o in summary.outcomes if o.status != "failed"]

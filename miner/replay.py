@@ -75,8 +75,12 @@ def effect(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 def run_steps(sandbox: Sandbox, script: str, network: bool, say: Say) -> None:
-    """Apply a script statement by statement, printing each one and what it changed."""
-    prelude: list[str] = []
+    """Apply a script statement by statement, printing each one and what it changed.
+
+    Each statement is its own sandbox command, whose /tmp may be a fresh one (bubblewrap's tmpfs):
+    temporary files (mktemp) go to a folder under MINER_DIR instead, which lasts across statements
+    and is left out of the effects shown."""
+    prelude: list[str] = [f'export TMPDIR={MINER_DIR}/replay-tmp; mkdir -p "$TMPDIR"']
     before = snapshot(sandbox)
     for number, (kind, step) in enumerate(split_steps(script), 1):
         first, *more = step.splitlines()

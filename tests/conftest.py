@@ -76,10 +76,12 @@ def fixture_repo(tmp_path: Path) -> Callable[[str], git.Repo]:
 # Options of the session crawl (`mined_store`): with the families interleaved, 6 candidates a
 # project reach every local family (deps, config, data, fs, env) on the three good fixtures.
 LOCAL_FAMILIES = ("deps", "config", "data", "fs", "env")
-# The families every test of the session crawl's tasks relies on, with the dependency types that
-# break these fixtures' tests (the other types have their own tests, tests/test_catalogue_types.py
-# on fixtures/stocksync): a budget of 6 over 67 types would spread too thin to cover each family.
-MINED_TYPES = ("deps/uninstall", "deps/wrong-version", "deps/corrupt-module", "config", "data", "fs", "env")
+# The five local families' original types, which every test of the session crawl's tasks relies on
+# (the newer types have their own tests, tests/test_catalogue_types.py on fixtures/stocksync): a
+# budget of 6 over 67 types would spread too thin to cover each family.
+MINED_TYPES = ("deps/uninstall", "deps/wrong-version", "deps/corrupt-module", "config/missing-key", "config/syntax-error",
+               "config/wrong-type", "data/corrupt-bytes", "data/crlf", "data/truncate", "data/wrong-encoding",
+               "env/poison-pythonpath", "env/unset-var", "env/wrong-var", "fs")
 MINED_OPTIONS = ("--budget", "6", "--seed", "0", "--types", ",".join(MINED_TYPES))
 CRAWL_TIMEOUT = 1800  # seconds a test waits for one `miner crawl`
 

@@ -39,6 +39,7 @@ HOME_SKIPPED = {HOME / ".cache", HOME / ".claude"}
 SKIPPED_NAMES = {"__pycache__"}
 # inventory-app reads INVENTORY_CONFIG; setting it gives the env/*-var types a target.
 OVERRIDES = "env.INVENTORY_CONFIG=config.yaml"
+STOCKSYNC_OVERRIDES = "env.SSL_CERT_FILE=/sandbox/project/certs/dev-ca.pem"  # as repos.txt has it
 MAX_ROUNDS = 4
 
 
@@ -100,11 +101,13 @@ def differences(before: dict[str, dict], after: dict[str, dict]) -> dict[str, li
 
 @pytest.fixture
 def frozen() -> Iterator[Path]:
-    """A private copy of miner's code and of inventory-app, visible (read-only) inside sandboxes."""
+    """A private copy of miner's code, inventory-app and stocksync (whose lock, cache, user config,
+    TLS and plugin give the home, net and state families targets), visible read-only in sandboxes."""
     root = Path(tempfile.mkdtemp(prefix="miner-host-safety-", dir="/var/tmp"))
     try:
         shutil.copytree(REPO_ROOT / "miner", root / "miner", ignore=shutil.ignore_patterns("__pycache__"))
         copy_fixture("inventory-app", root / "fixtures" / "inventory-app")
+        copy_fixture("stocksync", root / "fixtures" / "stocksync")
         yield root
     finally:
         shutil.rmtree(root)
@@ -128,7 +131,8 @@ def test_a_crawl_applying_every_local_type_leaves_the_host_unchanged(frozen: Pat
     inversions = json.loads(frozen_miner(frozen, store, "inversions", "--json").stdout)
     wanted = {t["id"] for t in inversions if "local" in t["backends"]}
     assert len(wanted) >= 15
-    repos = write_repos(tmp_path / "repos.txt", [f"{frozen / 'fixtures' / 'inventory-app'} {OVERRIDES}"])
+    repos = write_repos(tmp_path / "repos.txt", [f"{frozen / 'fixtures' / 'inventory-app'} {OVERRIDES}",
+                                                 f"{frozen / 'fixtures' / 'stocksync'} {STOCKSYNC_OVERRIDES}"])
     before = host_snapshot(frozen, tmp_path, store)
     assert str(frozen / "miner" / "sandbox" / "local.py") in before["miner code and fixture"]
     assert str(tmp_path / "repos.txt") in before["store parent"] and len(before["home"]) > 100

@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 DOCKERIZED = ("docker-cli", "docker-service")
 BUDGET = "18"  # per project: enough for every family to get a turn (families are interleaved)
+# The families these tests look at (the newer ones have their own tests in tests/test_catalogue_types.py).
+TYPES = "deps,config,data,fs,env,system,service"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,8 @@ def docker_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(FIXTURES / name, root / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
         folders.append(root / name)
     repos = write_repos(root / "repos.txt", folders)
-    done = run_miner(root / "store", "crawl", "--repos", repos, "--backend", "docker", "--budget", BUDGET)
+    done = run_miner(root / "store", "crawl", "--repos", repos, "--backend", "docker", "--budget", BUDGET,
+                      "--types", TYPES)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root / "store"
 

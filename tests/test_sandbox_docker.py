@@ -462,9 +462,10 @@ def test_a_system_break_that_keeps_a_copy_under_var_is_answer_leaked(backend, bu
     assert any(path.startswith("/usr/lib/") for path in ctx.manifest)
     target = pick(targets["docker-cli"], "syslib", "libsqlite3.so.0")
     moved = "/var/backups/libsqlite3.keep"
+    real = render(catalogue["system/syslib-remove"], target, {})
     inversion = Inversion(type_id="system/syslib-remove", family="system", target=target, network_fix=True,
                           break_script=f"set -e\nmkdir -p /var/backups\nmv {target.path} {moved}\n",
-                          fix_script=render(catalogue["system/syslib-remove"], target, {}).fix_script,
+                          fix_script=real.fix_script, evidence=real.evidence,
                           summary="moves the library aside instead of deleting it")
     candidate = validate(ctx, inversion)
     assert (candidate.status, candidate.rule) == ("rejected", "answer-leaked"), (candidate.rule, candidate.detail)
