@@ -300,15 +300,7 @@ def collect_cache(store: Store, needs: Needs, limit: int, report: GcReport) -> N
         report.notes.append("the pip cache was not trimmed while a crawl is running")
     else:
         entries += _pip_entries(store.work_root / "cache" / "pip")
-    total = sum(e.size for e in entries)
-    for entry in sorted(entries, key=lambda e: (e.for_task, e.used)):
-        if total <= limit:
-            break
-        if not report.dry_run and not _evict(entry):
-            report.notes.append(f"cache/{entry.name} is in use: kept")
-            continue
-        total -= entry.size
-        report.freed.append(Freed("cache", entry.name, entry.size))
+    _evict_over(sorted(entries, key=lambda e: (e.for_task, e.used)), limit, report, "cache/")
 
 
 def _source_entries(root: Path, needs: Needs, report: GcReport) -> list[CacheEntry]:
@@ -406,15 +398,7 @@ def _trim(root: Path, limit: int, report: GcReport) -> None:
         _free_forks(entry, report)
     entries = _list_sources(root / "cache" / "sources", set(), set()) + _pip_entries(root / "work" / "cache" / "pip")
     entries += workspaces
-    total = sum(e.size for e in entries)
-    for entry in sorted(entries, key=lambda e: e.used):
-        if total <= limit:
-            break
-        if not report.dry_run and not _evict(entry):
-            report.notes.append(f"{entry.name} is in use: kept")
-            continue
-        total -= entry.size
-        report.freed.append(Freed("cache", entry.name, entry.size))
+    _evict_over(sorted(entries, key=lambda e: e.used), limit, report)
     if not report.dry_run:
         (root / TRIM_STAMP).touch()
 
@@ -452,3 +436,16 @@ def _free_forks(entry: CacheEntry, report: GcReport) -> None:
                 remove_path(fork)
             entry.size -= size
             report.freed.append(Freed("cache", f"{entry.name}/forks/{fork.name}", size))
+
+
+def _evict_over(entries: list, limit: int, report: GcReport, label: str = "") -> None:
+    """Evict `entries` in their order until what is left fits in `limit` bytes (in-use ones are kept)."""
+    total = sum(e.size for e in entries)
+    for entry in entries:
+        if total <= limit:
+            break
+        if not report.dry_run and not _evict(entry):
+            report.notes.append(f"{label}{entry.name} is in use: kept")
+            continue
+        total -= entry.size
+        report.freed.append(Freed("cache", entry.name, entry.size))
