@@ -756,3 +756,19 @@ def test_replaced_interpreter_scores_zero(attack_target) -> None:
         assert result.reward == 0 and any("/usr/bin differs from the healthy image" in p for p in result.problems)
     finally:
         container.remove(force=True)
+
+
+def test_a_break_of_a_runtime_variable_is_seen_by_the_verifier() -> None:
+    """The verifier holds PYTHONHOME, PYTHONOPTIMIZE, ... at their healthy values while the tests run,
+    but for those the task's break sets: every catalogue break exporting one names it in the spec."""
+    import re
+
+    from miner.assets.verifier import SENSITIVE_ENV
+    from miner.catalogue import load_catalogue
+    from miner.export.common import broken_variables
+
+    exported = re.compile(r"export (\w+)=")
+    for itype in load_catalogue().values():
+        for name in set(exported.findall(itype.break_script)) & set(SENSITIVE_ENV):
+            assert name in broken_variables(itype.break_script), itype.id
+    assert broken_variables(load_catalogue()["env/pythonhome"].break_script) == ["PYTHONHOME"]

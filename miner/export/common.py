@@ -511,7 +511,19 @@ def verifier_spec(ts: TaskSource, originals: dict[str, Path]) -> dict:
         "pytest_args": pytest_args(task.test_command),
         "timeout": test_timeout(task),
         "target_envvar": task.target.name if task.target.kind == "envvar" else None,
+        # interpreter and runner variables the break itself sets: the verifier holds every other one
+        # at its healthy value while the tests run, but these must be seen as the solver left them
+        "broken_envvars": broken_variables(task.break_script),
     }
+
+
+RUNTIME_VARIABLE = re.compile(r"\b(PYTHON[A-Z]+|PYTEST_[A-Z_]+|LD_PRELOAD|LD_AUDIT|BASH_ENV)\b")
+
+
+def broken_variables(break_script: str) -> list[str]:
+    """The interpreter and test-runner variables a break script names (the verifier must not hold
+    those at their healthy values: they are what the task breaks)."""
+    return sorted(set(RUNTIME_VARIABLE.findall(break_script)))
 
 
 TEST_SH = """#!/bin/bash
