@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 import time
 import tomllib
@@ -39,6 +40,7 @@ from miner.solver_view import judge, read_view, view_script
 REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
 REWARD = "/logs/verifier/reward.txt"
 VERDICT = "/logs/verifier/verdict.json"
+VERDICT_LINE = re.compile(r"^verifier: (?:F2P|P2P) (?P<outcome>\S+(?: run)?)\s+(?P<id>\S.*)$", re.MULTILINE)
 SOLVER_VIEW = "tests/solver_view.json"
 VIEW_TIMEOUT = 600
 STDOUT = "/logs/verifier/test-stdout.txt"
@@ -262,6 +264,9 @@ class Checker:
             data = json.loads(verdict)
             result.problems = list(data.get("problems", []))
             result.failing = {k: v for k, v in data.get("outcomes", {}).items() if v != "passed"}
+        else:  # no verdict file (the verifier could not write it): its printed lines say as much
+            result.failing = {m["id"]: m["outcome"] for m in VERDICT_LINE.finditer(result.output)
+                              if m["outcome"] != "passed"}
         result.seconds = round(time.monotonic() - start, 2)
         return result
 
