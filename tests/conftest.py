@@ -80,7 +80,7 @@ LOCAL_FAMILIES = ("deps", "config", "data", "fs", "env")
 # (the newer types have their own tests, tests/test_catalogue_types.py on fixtures/stocksync): a
 # budget of 6 over 67 types would spread too thin to cover each family.
 MINED_TYPES = ("deps/uninstall", "deps/wrong-version", "deps/corrupt-module", "config/missing-key", "config/syntax-error",
-               "config/wrong-type", "data/corrupt-bytes", "data/crlf", "data/truncate", "data/wrong-encoding",
+               "config/wrong-type", "data/bom", "data/corrupt-bytes", "data/crlf", "data/truncate", "data/wrong-encoding",
                "env/poison-pythonpath", "env/unset-var", "env/wrong-var", "fs")
 MINED_OPTIONS = ("--budget", "6", "--seed", "0", "--types", ",".join(MINED_TYPES))
 CRAWL_TIMEOUT = 1800  # seconds a test waits for one `miner crawl`
