@@ -621,7 +621,9 @@ static int reward_folder(const char *reward, char *dir, size_t cap) {
     return sys_lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
 }
 
-static void clear_rewards(const char *reward) {
+/* at the start (verdict too: only this run's details may be read) and before the reward is
+   written (the verdict the verifier just wrote stays: `miner check` reads its problems) */
+static void clear_rewards(const char *reward, int verdict) {
     char dir[4096], path[4096];
     if (reward_folder(reward, dir, sizeof dir) < 0) return;
     remove_tree(reward, 0);
@@ -629,13 +631,14 @@ static void clear_rewards(const char *reward) {
     remove_tree(path, 0);
     cat(path, sizeof path, reward, ".tmp", 0);
     remove_tree(path, 0);
-    cat(path, sizeof path, dir, "/verdict.json", 0); /* the verifier's details: only this run's may be read */
+    if (!verdict) return;
+    cat(path, sizeof path, dir, "/verdict.json", 0);
     remove_tree(path, 0);
 }
 
 static int write_reward(const char *reward, int value) {
     char dir[4096], tmp[4096];
-    clear_rewards(reward);
+    clear_rewards(reward, 0);
     if (reward_folder(reward, dir, sizeof dir) < 0) return -1;
     cat(tmp, sizeof tmp, reward, ".tmp", 0);
     int fd = sys_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -863,7 +866,7 @@ static int cmd_score(int argc, char **argv) {
         fmt_long(num, killed);
         if (killed) say("verifier: killed ", num, " process(es) left running in the container");
     }
-    clear_rewards(o.reward);
+    clear_rewards(o.reward, 1);
     long checked = now_ms();
     if (!ok) say("verifier: REJECT: the runtime list ", o.list, " cannot be read");
     else if (check_list()) ok = 0;

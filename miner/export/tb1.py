@@ -113,7 +113,8 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     """Every file of the TB1 task folder, by folder-relative path."""
     pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     context = environment_files(ts, pip, project_tarball(ts.project.path))
-    manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
+    # measured on the image the task runs in: the harness's tools (tmux) change the loader's cache
+    manifest = manifests.get(healthy_stage(ts, options.base_image, pip, tools_stage=TOOLS_STAGE), context)
     text = dockerfile(ts, options.base_image, pip, prefix="environment/", tools_stage=TOOLS_STAGE)
     files: dict[str, bytes] = {
         "task.yaml": task_yaml(ts, pip.env).encode(),
