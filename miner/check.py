@@ -40,7 +40,7 @@ from miner.solver_view import judge, read_view, view_script
 REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
 REWARD = "/logs/verifier/reward.txt"
 VERDICT = "/logs/verifier/verdict.json"
-VERDICT_LINE = re.compile(r"^verifier: (?:F2P|P2P) (?P<outcome>\S+(?: run)?)\s+(?P<id>\S.*)$", re.MULTILINE)
+BOOT_REJECT = re.compile(r"^verifier: REJECT: (.+)$", re.MULTILINE)  # boot.c's reasons for not running it
 SOLVER_VIEW = "tests/solver_view.json"
 VIEW_TIMEOUT = 600
 STDOUT = "/logs/verifier/test-stdout.txt"
@@ -264,9 +264,8 @@ class Checker:
             data = json.loads(verdict)
             result.problems = list(data.get("problems", []))
             result.failing = {k: v for k, v in data.get("outcomes", {}).items() if v != "passed"}
-        else:  # no verdict file (the verifier could not write it): its printed lines say as much
-            result.failing = {m["id"]: m["outcome"] for m in VERDICT_LINE.finditer(result.output)
-                              if m["outcome"] != "passed"}
+        else:  # no verdict: the boot tool refused to run the verifier, and said why
+            result.problems = BOOT_REJECT.findall(result.output)
         result.seconds = round(time.monotonic() - start, 2)
         return result
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from miner.models import (
@@ -171,8 +172,8 @@ def _choose(f2p: list[str], messages: dict[str, str], probes: dict[str, Probe]) 
     return min(sorted(f2p), key=rank)
 
 
-def leak_markers(type_id: str, summary: str, fix_script: str, evidence: list[Evidence] = (),
-                 parts: list[Part] = ()) -> list[str]:
+def leak_markers(type_id: str, summary: str, fix_script: str, evidence: Sequence[Evidence] = (),
+                 parts: Sequence[Part] = ()) -> list[str]:
     """Strings whose presence in an error line would hand out the answer: the type, the summary, a
     line of the fix, an evidence note (and a compound's parts' types, summaries and evidence)."""
     fix_lines = [line.strip() for line in fix_script.splitlines()]
