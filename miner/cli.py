@@ -1051,7 +1051,8 @@ def solver_view_cell(result: CheckResult) -> str:
 @click.option("--only", multiple=True, metavar="ID",
               help="Only these shortcuts or classes; repeatable; implies --attacks.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Shortcuts run at the same time (one container each).")
+              help="Tasks checked at the same time (with --attacks: shortcuts run at the same time), "
+                   "one container each.")
 def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tuple[Path, ...], only: tuple[str, ...],
           jobs: int) -> None:
     """Check exported Harbor tasks in Docker: the verifier scores 0 untouched and 1 after solution/solve.sh.
@@ -1067,7 +1068,7 @@ def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tu
     if attacks or attack_files or only:
         return check_attacks(list(dirs), list(attack_files), list(only), jobs, as_json)
     console = make_console()
-    results = check_tasks(list(dirs), on_result=lambda r: as_json or console.print(
+    results = check_tasks(list(dirs), jobs=jobs, on_result=lambda r: as_json or console.print(
         f"{'[green]ok[/green]' if r.ok else '[red]FAIL[/red]'} {escape(str(r.name or r.path))}"))
     if as_json:
         print_json([{"path": str(r.path), "name": r.name, "ok": r.ok, "reason": r.reason,
