@@ -134,6 +134,22 @@ def test_ids_of_a_broken_module_become_missing(healthy: tuple[LocalBackend, Heal
     assert suite.results["tests/sub/test_b.py::TestChild::test_inherited"].outcome == "missing"
 
 
+def test_more_ids_than_one_command_can_name(healthy: tuple[LocalBackend, Healthy]) -> None:
+    """A parametrized suite whose ids pass Linux's 128 kB limit on one argument: asked-for ids are
+    run through their files, deselected ones are run anyway; only what was asked for comes back."""
+    backend, env = healthy
+    many = [f"tests/test_many.py::test_p[{'x' * 60}{i}]" for i in range(3000)]  # ~250 kB of ids
+    with backend.fork(env) as box:
+        box.run("printf 'import pytest\\n@pytest.mark.parametrize(\"v\", [\"%s\" + str(i) for i in range(3000)])\\n"
+                "def test_p(v): assert not v.endswith(\"7\")\\n' " + "x" * 60 + " > tests/test_many.py")
+        asked = run_suite(box, "python -m pytest", tests=many[:2000] + ["tests/test_a.py::test_pass"])
+        rest = run_suite(box, "python -m pytest", deselect=many[:2500])
+    assert set(asked.outcomes()) == set(many[:2000]) | {"tests/test_a.py::test_pass"}
+    assert asked.outcomes()[many[7]] == "failed" and asked.outcomes()[many[8]] == "passed"
+    assert not set(rest.outcomes()) & set(many[:2500])
+    assert set(many[2500:]) <= set(rest.outcomes()) and rest.outcomes()["tests/test_a.py::test_pass"] == "passed"
+
+
 def test_timeout_gives_no_results(healthy: tuple[LocalBackend, Healthy]) -> None:
     backend, env = healthy
     with backend.fork(env) as box:
