@@ -22,7 +22,10 @@ Scoring. The verdict is 1 only when, in order:
      (/sandbox/home/.bashrc, spec "env_file": what every shell of the solver reads, through
      ~/.profile and $BASH_ENV) in a throwaway shell (so anything that file does to the disk
      happens *before* the checks below), and what it started is killed;
-  3. the system is back to its healthy state: every system root of the healthy manifest
+  3. the bytecode Python would load for each source the task breaks the bytecode of (spec
+     "bytecode_sources") is that source's: the tests below never read a cached .pyc, so a
+     truncated or stale one must be found here, before the caches are deleted;
+     then the system is back to its healthy state: every system root of the healthy manifest
      (interpreters' import paths, PATH, the venv, the loader's files and library folders,
      locale, time zones, CA bundle) matches, but for the names allowed to vary (bytecode caches,
      which are then deleted, and pip's reinstall metadata);
@@ -58,6 +61,10 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+
+import _frozen_importlib_external as bootstrap  # frozen, like _imp and marshal: no file to verify
+import _imp
+import marshal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STARTED = time.monotonic()
@@ -460,6 +467,13 @@ class Verifier:
         # Bytecode only from a fresh folder: a forged __pycache__/*.pyc can never be loaded.
         self.env["PYTHONPYCACHEPREFIX"] = self.pycache
 
+    # step 3, first part
+    def check_bytecode(self) -> None:
+        for source in self.spec.get("bytecode_sources", []):
+            fault = bytecode_fault(source)
+            if fault:
+                self.problem(f"the bytecode python loads for {source} {fault}")
+
     # steps 3 and 8
     def check_system(self, when: str) -> None:
         """The system roots of the healthy manifest match (but for the names allowed to vary)."""
@@ -662,6 +676,7 @@ class Verifier:
         self.capture_env()
         self.kill_strays()  # whatever the rc file started
         self.lap("environment")
+        self.check_bytecode()
         self.check_system("before the tests")
         self.lap("system")
         self.restore_originals()
@@ -744,6 +759,44 @@ def remove(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif os.path.lexists(path):
         os.unlink(path)
+
+
+def bytecode_fault(source: str) -> str | None:
+    """What is wrong with the cached bytecode Python would load for `source` instead of compiling
+    it (as importlib decides: magic number, flags, time stamp and size or source hash), or None
+    when there is none, Python would ignore it, or it holds exactly the source's code."""
+    try:
+        with open(source, "rb") as handle:
+            data = handle.read()
+        info = os.stat(source)
+        # where the tests' python looks (this one runs with a pycache_prefix: cache_from_source would say there)
+        folder, name = os.path.split(source)
+        pyc = os.path.join(folder, "__pycache__", f"{os.path.splitext(name)[0]}.{sys.implementation.cache_tag}.pyc")
+        with open(pyc, "rb") as handle:
+            cached = handle.read()
+    except (OSError, ValueError):
+        return None
+    flags = int.from_bytes(cached[4:8], "little")
+    if len(cached) < 16 or cached[:4] != bootstrap.MAGIC_NUMBER or flags & ~0b11:
+        return None  # importlib compiles the source instead
+    if flags & 1:
+        checked = (flags & 2 and _imp.check_hash_based_pycs != "never") or _imp.check_hash_based_pycs == "always"
+        if checked and cached[8:16] != _imp.source_hash(bootstrap._RAW_MAGIC_NUMBER, data):
+            return None
+    elif (int.from_bytes(cached[8:12], "little") != int(info.st_mtime) & 0xFFFFFFFF
+          or int.from_bytes(cached[12:16], "little") != info.st_size & 0xFFFFFFFF):
+        return None
+    try:
+        code = marshal.loads(cached[16:])
+    except (EOFError, ValueError, TypeError) as exc:
+        return f"({pyc}) cannot be read: {exc}"
+    try:
+        fresh = compile(data, source, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    if code != fresh:
+        return f"({pyc}) is not compiled from it: python runs other code than the source says"
+    return None
 
 
 def shlex_quote(text: str) -> str:

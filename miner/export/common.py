@@ -514,6 +514,10 @@ def verifier_spec(ts: TaskSource, originals: dict[str, Path]) -> dict:
         # interpreter and runner variables the break itself sets: the verifier holds every other one
         # at its healthy value while the tests run, but these must be seen as the solver left them
         "broken_envvars": broken_variables(task.break_script),
+        # sources whose cached bytecode the task breaks: the tests never read a cached .pyc (forged
+        # bytecode must not run), so the verifier checks the one Python would load
+        "bytecode_sources": sorted({t.path for t in (task.target, *(p.target for p in task.parts))
+                                    if t.kind == "bytecode" and t.path}),
     }
 
 
