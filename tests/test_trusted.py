@@ -212,6 +212,75 @@ def test_system_digests_see_every_change_but_the_allowed_ones(tmp_path: Path) ->
         assert same() == [], f"{what}: not undone"
 
 
+def test_how_a_script_names_the_same_interpreter_is_no_change(tmp_path: Path) -> None:
+    """pip writes `#!venv/bin/python`, the venv module `#!venv/bin/python3`: a repair that writes one
+    for the other, or links venv/bin/python3 to the interpreter's other name, changes nothing; a
+    script naming another interpreter, or a link reaching another file, does."""
+    system = load_system()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").symlink_to(sys.executable)
+    (venv / "bin" / "python").symlink_to("python3")
+    script = venv / "bin" / "tool"
+    script.write_text(f"#!{venv}/bin/python\nimport tool\n")
+    script.chmod(0o755)
+    healthy = {str(venv): system.tree_digests(str(venv))}
+    script.write_text(f"#!{venv}/bin/python3\nimport tool\n")
+    (venv / "bin" / "python3").unlink()
+    (venv / "bin" / "python3").symlink_to(os.path.realpath(sys.executable))
+    assert system.system_changes(healthy, ()) == []
+    script.write_text("#!/usr/bin/python3\nimport tool\n")
+    assert system.system_changes(healthy, ()) == [str(venv / "bin")]
+    script.write_text(f"#!{venv}/bin/python\nimport tool\n")
+    (venv / "bin" / "python3").unlink()
+    (venv / "bin" / "python3").symlink_to("/bin/sh")
+    assert system.system_changes(healthy, ()) == [str(venv / "bin")]
+
+
+BYTECODE_CHECK = """
+import importlib.util, os, py_compile, sys
+sys.path.insert(0, sys.argv[1])
+import verifier
+source = sys.argv[2]
+pyc = os.path.join(os.path.dirname(source), "__pycache__", "mod." + sys.implementation.cache_tag + ".pyc")
+said = {"no bytecode": verifier.bytecode_fault(source)}
+py_compile.compile(source, cfile=pyc, doraise=True)
+said["compiled"] = verifier.bytecode_fault(source)
+with open(pyc, "rb") as handle:
+    data = handle.read()
+with open(pyc, "wb") as handle:
+    handle.write(data[:19])
+said["truncated"] = verifier.bytecode_fault(source)
+with open(source + ".old", "w") as handle:
+    handle.write("X = 0\\n")
+py_compile.compile(source + ".old", cfile=pyc, dfile=source, doraise=True,
+                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+said["stale, unchecked hash"] = verifier.bytecode_fault(source)
+py_compile.compile(source + ".old", cfile=pyc, dfile=source, doraise=True,
+                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+said["stale, checked hash"] = verifier.bytecode_fault(source)
+print(repr(said))
+"""
+
+
+def test_the_bytecode_python_would_load_is_checked_against_its_source(tmp_path: Path) -> None:
+    """The verifier runs the tests with bytecode from a fresh folder, so a task that breaks a
+    module's cached bytecode is judged by this check: a .pyc python would load (its header matches
+    the source) must hold the source's code. Run as the boot tool runs the verifier, with its own
+    pycache_prefix (which must not hide the cache python looks in)."""
+    (tmp_path / "pkg").mkdir()
+    source = tmp_path / "pkg" / "mod.py"
+    source.write_text("X = 1\ndef f(a):\n    return [a * 2.0, -0.0, {1: 2}]\n")
+    done = subprocess.run([sys.executable, "-I", "-S", "-B", "-X", f"pycache_prefix={tmp_path / 'fresh'}",
+                           "-c", BYTECODE_CHECK, str(ASSETS), str(source)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    said = eval(done.stdout)  # noqa: S307 - our own repr of a dict of strings
+    assert said["no bytecode"] is None and said["compiled"] is None
+    assert said["stale, checked hash"] is None  # python compares it with the source and compiles afresh
+    assert "cannot be read: marshal data too short" in said["truncated"]
+    assert "is not compiled from it" in said["stale, unchecked hash"]
+
+
 def test_bytecode_is_cleared_under_the_roots_only(tmp_path: Path) -> None:
     system = load_system()
     for folder in ("root/a/__pycache__", "root/a/b/__pycache__", "project/__pycache__", "root/skipped/__pycache__"):

@@ -59,6 +59,29 @@ def sha256_file(path: str) -> str | None:
         return None
 
 
+def file_digest(path: str) -> str | None:
+    """sha256 of a regular file, a script's `#!` line naming a python beside the script counted as
+    that interpreter's real path: pip writes `#!venv/bin/python` and the venv module
+    `#!venv/bin/python3`, the same program, so a repair that writes one for the other changes nothing."""
+    try:
+        with open(path, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            head = handle.read(1 << 20)
+            line, newline, rest = head.partition(b"\n")
+            words = line[2:].split() if head.startswith(b"#!") and newline else []
+            program = os.fsdecode(words[0]) if words else ""
+            if program and os.path.dirname(program) == os.path.dirname(path) \
+                    and os.path.basename(program).startswith("python"):
+                head = b" ".join([b"#!" + os.fsencode(os.path.realpath(program)), *words[1:]]) + newline + rest
+            digest = hashlib.sha256(head)
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+            return digest.hexdigest()
+    except OSError:
+        return None
+
+
 def listing_digest(folder: str) -> str | None:
     """What boot.c's L entries compare: the sorted entry names (bytes), __pycache__ left out."""
     try:
@@ -213,7 +236,7 @@ class Memo(dict):
         known = self.get(path)
         if known is not None and known[0] == key:
             return known[1]
-        digest = sha256_file(path)
+        digest = file_digest(path)
         self[path] = (key, digest)
         return digest
 
@@ -230,11 +253,13 @@ def _entry(path: str, root: str, memo: Memo | None = None) -> str:
         except OSError:
             return "l ?"
         real = os.path.realpath(path)
-        if not under(real, [root]) and os.path.isfile(real):  # a link out of the root: its bytes count
-            return f"l {target} {sha256_file(real) or 'unreadable'}"
+        if not under(real, [root]) and os.path.isfile(real):
+            # a link out of the root: the file it reaches and its bytes count, not how it is spelled
+            # (venv/bin/python3 -> /usr/bin/python3 or -> /usr/bin/python3.11 run the same program)
+            return f"l -> {real} {sha256_file(real) or 'unreadable'}"
         return f"l {target}"
     if stat.S_ISREG(info.st_mode):
-        digest = memo.digest(path, info) if memo is not None else sha256_file(path)
+        digest = memo.digest(path, info) if memo is not None else file_digest(path)
         return f"f {digest or 'unreadable'}{' x' if info.st_mode & 0o111 else ''}"
     return "o"
 
