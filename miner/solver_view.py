@@ -38,7 +38,11 @@ SHOWN_CHARS = 300  # of each shell's output in a problem's text
 SHELL_NOISE = re.compile(r"^bash: (cannot set terminal process group|no job control in this shell).*$\n?",
                          re.MULTILINE)
 # What differs between two runs of one command: object addresses, pytest's numbered temporary folders.
-VOLATILE = ((re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"pytest-\d+"), "pytest-?"))
+# What differs between two runs of one interpreter or two builds of it: addresses, pytest's temporary
+# folders, the C source line an extension reports (OpenSSL's "(_ssl.c:1006)" is "(_ssl.c:992)" in
+# Debian's build of the same Python).
+VOLATILE = ((re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"pytest-\d+"), "pytest-?"),
+            (re.compile(r"\b(\w+\.c):\d+"), r"\1:?"))
 # How pytest's junit report words an error in a fixture (the console prints the error itself).
 JUNIT_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)$')
 PASSED = re.compile(r"\b\d+ passed\b")
