@@ -189,11 +189,25 @@ def parse_reward(raw: bytes | None) -> float | None:
 class Checker:
     """Builds task images and runs the nop and oracle scenarios in fresh containers."""
 
-    def __init__(self, client=None, keep_images: bool = False) -> None:  # noqa: ANN001
+    def __init__(self, client=None, keep_images: bool = False, defer_removal: bool = False) -> None:  # noqa: ANN001
         from miner.sandbox.docker.images import docker_client
 
         self.client = client or docker_client()
         self.keep_images = keep_images
+        # Builds running side by side share cached layers: removing one task's image then would
+        # delete a parent another build is using. With defer_removal, remove_built() does it at the end.
+        self.defer_removal = defer_removal
+        self.built: list[str] = []
+
+    def remove_built(self) -> None:
+        import docker.errors
+
+        for image in self.built:
+            try:
+                self.client.images.remove(image, force=True)
+            except docker.errors.APIError:
+                pass  # already gone, or still used by an image we did not build
+        self.built.clear()
 
     def build(self, task_dir: Path, timeout: float) -> str:
         import docker.errors
@@ -308,7 +322,9 @@ class Checker:
                 result.nop = self.scenario(image, task_dir, config, with_solution=False)
                 result.oracle = self.scenario(image, task_dir, config, with_solution=True)
             finally:
-                if not self.keep_images:
+                if self.defer_removal:
+                    self.built.append(image)
+                elif not self.keep_images:
                     self.client.images.remove(image, force=True)
         except CheckError as exc:
             result.error = str(exc)
@@ -331,7 +347,7 @@ def task_dirs(paths: list[Path]) -> list[Path]:
 def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | None = None,
                 client=None, jobs: int = 1) -> list[CheckResult]:  # noqa: ANN001
     """Check every task folder named by `paths` (see task_dirs), `jobs` at a time; results in their order."""
-    checker = Checker(client)
+    checker = Checker(client, defer_removal=jobs > 1)
 
     def one(task_dir: Path) -> CheckResult:
         result = checker.check(task_dir)
@@ -339,5 +355,8 @@ def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | No
             on_result(result)
         return result
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(one, task_dirs(paths)))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(one, task_dirs(paths)))
+    finally:
+        checker.remove_built()
