@@ -62,9 +62,8 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
-import _frozen_importlib_external as bootstrap  # frozen, like _imp and marshal: no file to verify
+import _frozen_importlib_external as bootstrap  # frozen, like the builtin _imp: no file to verify
 import _imp
-import marshal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STARTED = time.monotonic()
@@ -470,7 +469,7 @@ class Verifier:
     # step 3, first part
     def check_bytecode(self) -> None:
         for source in self.spec.get("bytecode_sources", []):
-            fault = bytecode_fault(source)
+            fault = bytecode_fault(source, self.dropped)
             if fault:
                 self.problem(f"the bytecode python loads for {source} {fault}")
 
@@ -761,10 +760,32 @@ def remove(path: str) -> None:
         os.unlink(path)
 
 
-def bytecode_fault(source: str) -> str | None:
+# Run in a child interpreter: unmarshalling untrusted bytes may crash the process that does it.
+SAME_CODE = """
+import marshal, sys
+pyc, source = sys.argv[1:]
+with open(pyc, "rb") as handle:
+    data = handle.read()[16:]
+try:
+    code = marshal.loads(data)
+except Exception as exc:
+    print("cannot be read:", exc)
+    raise SystemExit(0)
+with open(source, "rb") as handle:
+    text = handle.read()
+try:
+    fresh = compile(text, source, "exec", dont_inherit=True)
+except Exception:
+    fresh = code
+print("same" if code == fresh else "is not compiled from it: python runs other code than the source says")
+"""
+
+
+def bytecode_fault(source: str, wrap=lambda argv: argv) -> str | None:  # noqa: ANN001
     """What is wrong with the cached bytecode Python would load for `source` instead of compiling
     it (as importlib decides: magic number, flags, time stamp and size or source hash), or None
-    when there is none, Python would ignore it, or it holds exactly the source's code."""
+    when there is none, Python would ignore it, or it holds exactly the source's code. `wrap`
+    makes the argv of the child that reads the bytecode (the verifier drops its privileges)."""
     try:
         with open(source, "rb") as handle:
             data = handle.read()
@@ -773,7 +794,7 @@ def bytecode_fault(source: str) -> str | None:
         folder, name = os.path.split(source)
         pyc = os.path.join(folder, "__pycache__", f"{os.path.splitext(name)[0]}.{sys.implementation.cache_tag}.pyc")
         with open(pyc, "rb") as handle:
-            cached = handle.read()
+            cached = handle.read(16)
     except (OSError, ValueError):
         return None
     flags = int.from_bytes(cached[4:8], "little")
@@ -787,16 +808,14 @@ def bytecode_fault(source: str) -> str | None:
           or int.from_bytes(cached[12:16], "little") != info.st_size & 0xFFFFFFFF):
         return None
     try:
-        code = marshal.loads(cached[16:])
-    except (EOFError, ValueError, TypeError) as exc:
-        return f"({pyc}) cannot be read: {exc}"
-    try:
-        fresh = compile(data, source, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError):
+        done = subprocess.run(wrap([sys.executable, "-I", "-S", "-B", "-c", SAME_CODE, pyc, source]),
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"({pyc}) could not be compared with it: {exc}"
+    said = done.stdout.strip()
+    if said == "same":
         return None
-    if code != fresh:
-        return f"({pyc}) is not compiled from it: python runs other code than the source says"
-    return None
+    return f"({pyc}) {said or 'crashed the interpreter reading it (exit ' + str(done.returncode) + ')'}"
 
 
 def shlex_quote(text: str) -> str:
