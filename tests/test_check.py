@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import copy_fixture, run_miner, write_repos
 
 from miner.check import CheckError, check_tasks, read_config, task_dirs
 from miner.cli import main
@@ -148,3 +149,33 @@ def test_the_oracle_gets_the_network_only_when_the_task_declares_it(exported: di
     (task / "task.toml").write_text(tomli_w.dumps(config))
     (result,) = check_tasks([task])
     assert result.ok, result.reason
+
+
+VENV_TYPES = ("virtualenv/bytecode-corrupt", "virtualenv/script-shebang")
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_bytecode_and_shebang_tasks_check_out(tmp_path: Path) -> None:
+    """The types `miner check` over a whole default crawl found wrong, mined, exported and checked:
+    a truncated .pyc (the verifier's tests never read cached bytecode, so its bytecode check must
+    see it: nop 0) and a console script's shebang (in the image the venv module and pip spell the
+    venv's python differently, python3 and python: the oracle 1 after the reference fix)."""
+    project = copy_fixture("textkit", tmp_path / "textkit")
+    repos = write_repos(tmp_path / "repos.txt", [project])
+    store = tmp_path / "store"
+    done = run_miner(store, "crawl", "--repos", repos, "--types", ",".join(VENV_TYPES), "--budget", "8")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "harbor"
+    done = run_miner(store, "export", "--format", "harbor", "-o", out)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    kinds = {t: [f for f in out.iterdir() if f"__{t.replace('/', '-')}__" in f.name] for t in VENV_TYPES}
+    assert all(kinds.values()), f"not every type was mined: {kinds}"
+    folders = [kinds[t][0] for t in VENV_TYPES]
+    spec = json.loads((folders[0] / "tests" / "spec.json").read_text())
+    assert spec["bytecode_sources"] and spec["bytecode_sources"][0].startswith("/sandbox/")
+    results = check_tasks(folders, jobs=2)
+    for result in results:
+        assert result.ok, f"{result.name}: {result.reason}"
+        assert result.nop.reward == 0 and result.oracle.reward == 1
+    assert any("bytecode python loads" in p for p in results[0].nop.problems), results[0].nop.problems
