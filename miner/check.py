@@ -322,9 +322,11 @@ class Checker:
                 result.nop = self.scenario(image, task_dir, config, with_solution=False)
                 result.oracle = self.scenario(image, task_dir, config, with_solution=True)
             finally:
-                if self.defer_removal:
+                if self.keep_images:
+                    pass
+                elif self.defer_removal:
                     self.built.append(image)
-                elif not self.keep_images:
+                else:
                     self.client.images.remove(image, force=True)
         except CheckError as exc:
             result.error = str(exc)
