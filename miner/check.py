@@ -322,11 +322,9 @@ class Checker:
                 result.nop = self.scenario(image, task_dir, config, with_solution=False)
                 result.oracle = self.scenario(image, task_dir, config, with_solution=True)
             finally:
-                if self.keep_images:
-                    pass
-                elif self.defer_removal:
+                if self.defer_removal and not self.keep_images:
                     self.built.append(image)
-                else:
+                elif not self.keep_images:
                     self.client.images.remove(image, force=True)
         except CheckError as exc:
             result.error = str(exc)
