@@ -5,9 +5,11 @@ its pytest configuration, and writes one shell script, run in /sandbox/project w
 active and network on, that installs:
   1. the project itself (`pip install -e .[extras]`, falling back to a plain install),
   2. test requirements files and PEP 735 dependency groups / poetry groups for tests,
-  3. pytest plus the plugins the pytest configuration relies on (addopts, -p, required_plugins).
+  3. the deps of the project's tox test environments for this interpreter (as `tox config`
+     resolves them: `py311`, `py311-extra`, `test`; never lint/docs or alternative variants),
+  4. pytest plus the plugins the pytest configuration relies on (addopts, -p, required_plugins).
 Nothing already installed is upgraded. Source overrides adjust it: `python=3.12`,
-`extras=a,b`, `install=<pip args>`, `env.NAME=value`.
+`extras=a,b`, `install=<pip args>`, `tox_env=NAME[,NAME]` (empty: none), `env.NAME=value`.
 
     spec = build_spec(project)
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ast
 import configparser
 import email.parser
+import io
 import os
 import re
 import shlex
@@ -28,11 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from miner.models import Project
 from miner.sandbox.base import BuildError, BuildSpec, Limits
 
 TEST_EXTRAS = ("test", "tests", "testing", "dev")
 TEST_GROUPS = ("test", "tests", "dev")
+# Factors of a tox environment name that still mean "the test suite" (others name a variant, a
+# linter or a tool: `py311-django42`, `lint`, `docs`); a python factor must name this interpreter.
+TOX_TEST_FACTORS = frozenset({"py", "extra", "extras", "all", "full", "test", "tests", "testing", "unit"})
+TOX_PYTHON_FACTOR = re.compile(r"^(?:py|python)(\d)\.?(\d+)?$")
 REQUIREMENT_GLOBS = (
     "requirements-test*.txt",
     "requirements_test*.txt",
@@ -224,6 +233,91 @@ def requirement_files(root: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+# -- tox test environments ----------------------------------------------------------------
+
+
+@dataclass
+class ToxEnvironments:
+    """The deps and extras of the tox environments chosen for the build (`tox config` resolves them)."""
+
+    names: list[str] = field(default_factory=list)
+    deps: list[str] = field(default_factory=list)
+    extras: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def _python_factor_matches(factor: str, version: str) -> bool | None:
+    """True/False for a python factor (py311, py3.11, py3), None for any other factor."""
+    found = TOX_PYTHON_FACTOR.match(factor)
+    if not found:
+        return None
+    major, _, minor = version.partition(".")
+    return found.group(1) == major and found.group(2) in (None, minor)
+
+
+def is_test_environment(name: str, version: str) -> bool:
+    """Whether a tox environment runs the plain test suite on interpreter `version` ("3.11")."""
+    factors = name.split("-")
+    for factor in factors:
+        matches = _python_factor_matches(factor, version)
+        if matches is False or (matches is None and factor not in TOX_TEST_FACTORS):
+            return False
+    return bool(factors)
+
+
+def _tox_config(root: Path) -> configparser.ConfigParser | None:
+    """Every tox environment's resolved deps and extras, or None when the project has no tox config."""
+    has_config = (root / "tox.ini").is_file() or (root / "tox.toml").is_file() or \
+        "tox" in read_toml(root / "pyproject.toml").get("tool", {}) or read_ini(root / "setup.cfg").has_section("tox:tox")
+    if not has_config:
+        return None
+    done = subprocess.run([sys.executable, "-m", "tox", "config", "-e", "ALL", "-k", "deps", "extras",
+                           "--no-provision", "-c", str(root)],
+                          capture_output=True, text=True, timeout=120, cwd=root, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise BuildError(f"tox config failed: {(done.stderr or done.stdout).strip()[-300:]}")
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.read_file(io.StringIO(done.stdout))
+    return parser
+
+
+def _tox_dep(line: str, root: Path) -> str | None:
+    """A deps line as a pip argument: a requirement, or `-r`/`-c` of a project file; else None."""
+    for flag in ("-r", "-c"):
+        if line.startswith(flag):
+            path = Path(line[len(flag):].strip())
+            path = path if path.is_absolute() else root / path
+            inside = path.resolve().is_relative_to(root.resolve()) and path.is_file()
+            return f"{flag}{path.resolve().relative_to(root.resolve()).as_posix()}" if inside else None
+    try:
+        Requirement(line)
+    except InvalidRequirement:
+        return None  # the project itself (`.`, `-e .`), URLs, options
+    return line
+
+
+def tox_environments(root: Path, version: str, chosen: list[str] | None = None) -> ToxEnvironments:
+    """The deps and extras of the project's tox environments for interpreter `version`: those
+    named in `chosen`, else every environment `is_test_environment` accepts."""
+    try:
+        config = _tox_config(root)
+    except (OSError, subprocess.SubprocessError, BuildError, configparser.Error) as error:
+        return ToxEnvironments(error=str(error))
+    found = ToxEnvironments()
+    for section in config.sections() if config else []:
+        name = section.removeprefix("testenv:")
+        if section == name or not (name in chosen if chosen is not None else is_test_environment(name, version)):
+            continue
+        found.names.append(name)
+        for line in config.get(section, "deps", fallback="").splitlines():
+            dep = _tox_dep(line.strip(), root) if line.strip() else None
+            if dep and dep not in found.deps:
+                found.deps.append(dep)
+        extras = config.get(section, "extras", fallback="").split()
+        found.extras += [e for e in extras if e not in found.extras]
+    return found
+
+
 # -- pytest configuration -----------------------------------------------------------------
 
 
@@ -377,8 +471,12 @@ def _optional_lines(label: str, commands: list[str]) -> list[str]:
     return [f"{c} || echo {shlex.quote(f'miner: warning: {label} failed: {c}')} >&2" for c in commands]
 
 
-def install_script(project: Project, extras: list[str], extra_args: list[str]) -> str:
+def install_script(project: Project, extras: list[str], extra_args: list[str],
+                   tox: ToxEnvironments | None = None) -> str:
     root = project.path
+    tox = tox or ToxEnvironments()
+    declared = {normalize(e) for e in declared_extras(root)}
+    extras = list(dict.fromkeys(extras + [e for e in tox.extras if normalize(e) in declared]))
     lines = ["set -u", *_project_lines(root, extras)]
     files = requirement_files(root)
     if files:
@@ -386,6 +484,11 @@ def install_script(project: Project, extras: list[str], extra_args: list[str]) -
     groups = group_requirements(root)
     if groups:
         lines += ["# test dependency groups", *_optional_lines("dependency group", [_pip(groups)])]
+    if tox.deps:
+        lines += [f"# deps of the tox environments {', '.join(tox.names)}",
+                  *_optional_lines("tox deps", [_pip(tox.deps)])]
+    elif tox.error:
+        lines += [f"# tox environments not read: {' '.join(tox.error.split())[:200]}"]
     if extra_args:
         lines += ["# install= override", _pip(extra_args) + " || exit 1"]
     plugins = needed_plugins(root)
@@ -409,12 +512,25 @@ def override_env(project: Project) -> dict[str, str]:
     return {k.removeprefix("env."): v for k, v in project.source.overrides.items() if k.startswith("env.")}
 
 
+def chosen_tox(project: Project) -> ToxEnvironments:
+    """The tox environments to take deps from: the `tox_env=` override, else the test ones for
+    the build's interpreter (the `python=` override, else this one)."""
+    override = project.source.overrides.get("tox_env")
+    chosen = [e.strip() for e in override.split(",") if e.strip()] if override is not None else None
+    if chosen == []:
+        return ToxEnvironments()
+    version = project.source.overrides.get("python") or f"{sys.version_info.major}.{sys.version_info.minor}"
+    return tox_environments(project.path, version, chosen)
+
+
 def build_spec(project: Project, limits: Limits | None = None, *, backend: str = "local") -> BuildSpec:
     """How to build `project`: interpreter, install script, environment, limits."""
     overrides = project.source.overrides
+    script = install_script(project, chosen_extras(project), shlex.split(overrides.get("install", "")),
+                            chosen_tox(project))
     return BuildSpec(
         python=resolve_python(overrides.get("python"), backend),
-        install_script=install_script(project, chosen_extras(project), shlex.split(overrides.get("install", ""))),
+        install_script=script,
         env=override_env(project),
         limits=limits or Limits(),
     )

@@ -40,7 +40,7 @@ from packaging.version import InvalidVersion, Version
 from miner.models import Project, Source, SourceError
 from miner.projectfiles import skipped_dir
 
-OVERRIDE_KEYS = frozenset({"test", "extras", "python", "install", "timeout"})
+OVERRIDE_KEYS = frozenset({"test", "extras", "python", "install", "timeout", "tox_env"})
 ENV_OVERRIDE_PREFIX = "env."
 GIT_SCHEMES = ("https://", "http://", "ssh://", "file://", "git://")
 SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
@@ -146,7 +146,7 @@ def _check_override(key: str, value: str) -> None:
     if key not in OVERRIDE_KEYS:
         known = ", ".join(sorted(OVERRIDE_KEYS)) + ", env.NAME"
         raise ValueError(f"unknown override {key!r} (known: {known})")
-    if not value.strip():
+    if not value.strip() and key != "tox_env":  # tox_env= (empty): no tox environment
         raise ValueError(f"override {key!r} has an empty value")
     if key == "timeout":
         try:

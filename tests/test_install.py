@@ -16,9 +16,11 @@ from miner.install import (
     declared_extras,
     group_requirements,
     install_script,
+    is_test_environment,
     needed_plugins,
     requirement_files,
     resolve_python,
+    tox_environments,
 )
 from miner.models import Project, Source
 from miner.sandbox.base import BuildError, Limits
@@ -108,6 +110,59 @@ def test_requirement_files(tmp_path: Path) -> None:
 )
 def test_pytest_plugins_from_config(tmp_path: Path, files: dict[str, str], expected: list[str]) -> None:
     assert needed_plugins(write(tmp_path, files)) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("py311", True), ("py3.11", True), ("py3", True), ("py", True), ("py311-extra", True), ("test", True),
+     ("py311-tests", True), ("py310", False), ("py3.12-extra", False), ("py311-django42", False),
+     ("lint", False), ("docs", False), (".pkg", False), ("py311-unidecode", False)],
+)
+def test_tox_environment_names(name: str, expected: bool) -> None:
+    assert is_test_environment(name, "3.11") is expected
+
+
+TOX_INI = """
+[tox]
+envlist = lint, py{310,311}, py{310,311}-extra, py311-{alpha,beta}
+
+[testenv]
+deps =
+    pytest
+    extra: six
+    alpha: attrs
+    -r{toxinidir}/requirements/tests.txt
+    -e .
+extras = cli
+
+[testenv:lint]
+deps = ruff
+
+[testenv:docs]
+deps = sphinx
+"""
+
+
+def test_tox_deps_of_the_test_environments(tmp_path: Path) -> None:
+    root = write(tmp_path, {"tox.ini": TOX_INI, "requirements/tests.txt": "iniconfig\n",
+                            "pyproject.toml": '[project]\nname="t"\n[project.optional-dependencies]\ncli=["click"]\n'})
+    found = tox_environments(root, "3.11")
+    # tox itself resolves factors and generative names; variants (alpha/beta), other pythons,
+    # lint and docs are left out, and the project itself (-e .) is not a dependency
+    assert found.names == ["py311", "py311-extra"] and not found.error
+    assert found.deps == ["pytest", "-rrequirements/tests.txt", "six"]
+    assert found.extras == ["cli"]
+    assert tox_environments(root, "3.11", ["py311-alpha"]).deps == ["pytest", "attrs", "-rrequirements/tests.txt"]
+    script = build_spec(project(root, {})).install_script
+    assert "-e '.[cli]'" in script and "pip install --progress-bar off pytest -rrequirements/tests.txt six ||" in script
+    assert "tox deps" not in build_spec(project(root, {}, {"tox_env": ""})).install_script
+
+
+def test_tox_config_that_tox_cannot_read(tmp_path: Path) -> None:
+    root = write(tmp_path, {"tox.ini": "[tox]\nrequires = tox>=99\nenvlist = py\n[testenv]\ndeps = six\n"})
+    found = tox_environments(root, "3.11")
+    assert found.error and not found.deps
+    assert "# tox environments not read: tox config failed" in build_spec(project(root, {})).install_script
 
 
 def test_script_shape_and_overrides(tmp_path: Path) -> None:
@@ -215,6 +270,22 @@ def test_build_flit_with_test_extra_and_config_plugin(tmp_path: Path) -> None:
         {"env.FLITTY_MODE": "fast"},
     )
     assert build_and_test(proj, tmp_path / "work") == {"tests/test_f.py::test_parse": "passed"}
+
+
+@pytest.mark.slow  # a real build from the package index
+def test_build_with_the_deps_of_its_tox_environment(tmp_path: Path) -> None:
+    version = f"py{sys.version_info.major}{sys.version_info.minor}"
+    proj = project(
+        tmp_path / "src",
+        {
+            "setup.py": "from setuptools import setup\nsetup(name='toxy', version='1.0', py_modules=['toxy'])\n",
+            "toxy.py": "def parse(text):\n    from dateutil import parser\n    return parser.parse(text).day\n",
+            "tox.ini": f"[tox]\nenvlist = {version}-extra, lint\n[testenv]\ndeps = pytest\n    extra: python-dateutil\n"
+                       "[testenv:lint]\ndeps = ruff\n",
+            "tests/test_toxy.py": "import toxy\n\ndef test_parse():\n    assert toxy.parse('2020-01-02') == 2\n",
+        },
+    )
+    assert build_and_test(proj, tmp_path / "work") == {"tests/test_toxy.py::test_parse": "passed"}
 
 
 @pytest.mark.slow  # a real build from the package index

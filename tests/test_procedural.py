@@ -456,6 +456,22 @@ def test_previous_and_conflicting_releases():
     assert violating_release("1.17.0", SpecifierSet(">=1.0"), ["1.17.0", "1.4.1"]) is None
 
 
+def test_conflicting_version_when_one_requirer_names_the_target_twice(world):
+    # pandas requires numpy under two markers: two specifier sets from one requirer (they do not sort)
+    from miner.inverters.procedural import Job
+    from miner.models import Distribution, Target
+    import random
+
+    inventory = [Distribution(name="numpy", version="2.0.0"),
+                 Distribution(name="pandas", version="2.2", requirements=["numpy >=1.23.2", "numpy >=1.26.0"])]
+    healthy = world.healthy.model_copy(update={"inventory": inventory})
+    inverter = ProceduralInverter([], version_lookup=lambda name: ["2.0.0", "1.26.4", "1.22.0"])
+    job = Job(project=world.project, healthy=healthy, target=Target(kind="distribution", name="numpy"),
+              rng=random.Random(0), base={"version": "2.0.0"})
+    assert inverter._conflicting_version(job) == {"conflict_version": "1.22.0", "required_by": "pandas",
+                                                 "specifier": ">=1.23.2"}
+
+
 # ---------------------------------------------------------------- ordering
 
 

@@ -85,12 +85,12 @@ def test_comments_blank_lines_and_origins(tmp_path: Path) -> None:
 
 def test_overrides(tmp_path: Path) -> None:
     line = ('pypi:attrs==23.2.0 test="pytest -x tests/unit" extras=tests,cov python=3.11 '
-            "install='pip install -e .' timeout=90 env.TZ=UTC env.EMPTY=  # note")
+            "install='pip install -e .' timeout=90 tox_env= env.TZ=UTC env.EMPTY=  # note")
     source = parse_source(line, base=tmp_path)
     assert source is not None
     assert source.overrides == {
         "test": "pytest -x tests/unit", "extras": "tests,cov", "python": "3.11",
-        "install": "pip install -e .", "timeout": "90", "env.TZ": "UTC", "env.EMPTY": "",
+        "install": "pip install -e .", "timeout": "90", "tox_env": "", "env.TZ": "UTC", "env.EMPTY": "",
     }
 
 

@@ -689,7 +689,7 @@ class ProceduralInverter:
         name = job.target.name
         wanted = [(canonical_name(d.name), spec) for d in job.healthy.inventory for req in d.requirements
                   if (spec := requirement_on(req, name)) is not None]
-        for requirer, spec in sorted(wanted):
+        for requirer, spec in sorted(wanted, key=lambda pair: (pair[0], str(pair[1]))):
             found = violating_release(job.base["version"], spec, self._releases(job))
             if found:
                 return {"conflict_version": found, "required_by": requirer, "specifier": str(spec)}
