@@ -45,41 +45,40 @@ EMPTY = "empty"
 ABSENT = "absent"
 
 
-def sha256_file(path: str) -> str | None:
-    """sha256 of a regular file (following symlinks), or None."""
+def _stream_digest(path: str, first=lambda block: block) -> str | None:
+    """sha256 of a regular file (following symlinks) with its first block passed through `first`, or None."""
     try:
         with open(path, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 return None
-            digest = hashlib.sha256()
+            digest = hashlib.sha256(first(handle.read(1 << 20)))
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
             return digest.hexdigest()
     except OSError:
         return None
+
+
+def sha256_file(path: str) -> str | None:
+    """sha256 of a regular file (following symlinks), or None."""
+    return _stream_digest(path)
+
+
+def _python_beside(head: bytes, path: str) -> bytes:
+    """`head` with a `#!` line naming a python in the script's own folder spelled as its real path."""
+    line, newline, rest = head.partition(b"\n")
+    words = line[2:].split() if head.startswith(b"#!") and newline else []
+    program = os.fsdecode(words[0]) if words else ""
+    if program and os.path.dirname(program) == os.path.dirname(path) and os.path.basename(program).startswith("python"):
+        return b" ".join([b"#!" + os.fsencode(os.path.realpath(program)), *words[1:]]) + newline + rest
+    return head
 
 
 def file_digest(path: str) -> str | None:
     """sha256 of a regular file, a script's `#!` line naming a python beside the script counted as
     that interpreter's real path: pip writes `#!venv/bin/python` and the venv module
     `#!venv/bin/python3`, the same program, so a repair that writes one for the other changes nothing."""
-    try:
-        with open(path, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return None
-            head = handle.read(1 << 20)
-            line, newline, rest = head.partition(b"\n")
-            words = line[2:].split() if head.startswith(b"#!") and newline else []
-            program = os.fsdecode(words[0]) if words else ""
-            if program and os.path.dirname(program) == os.path.dirname(path) \
-                    and os.path.basename(program).startswith("python"):
-                head = b" ".join([b"#!" + os.fsencode(os.path.realpath(program)), *words[1:]]) + newline + rest
-            digest = hashlib.sha256(head)
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-            return digest.hexdigest()
-    except OSError:
-        return None
+    return _stream_digest(path, lambda head: _python_beside(head, path))
 
 
 def listing_digest(folder: str) -> str | None:
