@@ -42,6 +42,7 @@ TEST_GROUPS = ("test", "tests", "dev")
 # linter or a tool: `py311-django42`, `lint`, `docs`); a python factor must name this interpreter.
 TOX_TEST_FACTORS = frozenset({"py", "extra", "extras", "all", "full", "test", "tests", "testing", "unit"})
 TOX_PYTHON_FACTOR = re.compile(r"^(?:py|python)(\d)\.?(\d+)?$")
+TOX_CONFIG_LINE = re.compile(r"^(\[.*\]|\s+\S.*|[\w.-]+ =.*|)$")  # a section, a continuation, a key or blank
 REQUIREMENT_GLOBS = (
     "requirements-test*.txt",
     "requirements_test*.txt",
@@ -276,8 +277,10 @@ def _tox_config(root: Path) -> configparser.ConfigParser | None:
                           capture_output=True, text=True, timeout=120, cwd=root, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise BuildError(f"tox config failed: {(done.stderr or done.stdout).strip()[-300:]}")
+    # tox prints notes among the sections ("py3.11: environment py3.11 marked as unavailable, ...")
+    lines = [line for line in done.stdout.splitlines() if TOX_CONFIG_LINE.match(line)]
     parser = configparser.ConfigParser(interpolation=None, strict=False)
-    parser.read_file(io.StringIO(done.stdout))
+    parser.read_file(io.StringIO("\n".join(lines)))
     return parser
 
 

@@ -140,6 +140,9 @@ deps = ruff
 
 [testenv:docs]
 deps = sphinx
+
+[testenv:style]
+runner = uv-venv-runner
 """
 
 
@@ -148,7 +151,8 @@ def test_tox_deps_of_the_test_environments(tmp_path: Path) -> None:
                             "pyproject.toml": '[project]\nname="t"\n[project.optional-dependencies]\ncli=["click"]\n'})
     found = tox_environments(root, "3.11")
     # tox itself resolves factors and generative names; variants (alpha/beta), other pythons,
-    # lint and docs are left out, and the project itself (-e .) is not a dependency
+    # lint and docs are left out, and the project itself (-e .) is not a dependency; tox's note on
+    # the runner it lacks ("style: environment style marked as unavailable") is not config
     assert found.names == ["py311", "py311-extra"] and not found.error
     assert found.deps == ["pytest", "-rrequirements/tests.txt", "six"]
     assert found.extras == ["cli"]
