@@ -165,3 +165,21 @@ def test_stdlib_modules_and_their_extensions_are_targets_from_the_archive():
     assert "install --reinstall" in inversion.fix_script and "libpython3.11-stdlib:amd64" in inversion.fix_script
     obs["tools"]["apt-get"] = False
     assert not any(k.startswith("system:stdlib") for k in (t.key for t in system_targets(obs)))
+
+
+def test_the_runner_probe_starts_pytest_as_the_project_does_without_its_code(tmp_path: Path, monkeypatch) -> None:
+    # stdlib modules pytest needs in this project (its config file read with tomllib, a plugin its
+    # addopts names) are the runner's, never targets; the project's own conftest imports stay targets
+    import importlib.util
+
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-p runner_helper"\n')
+    (tmp_path / "runner_helper.py").write_text("import colorsys\n")
+    (tmp_path / "conftest.py").write_text("import wave\n")
+    spec = importlib.util.spec_from_file_location("system_inventory", Path("miner/assets/system_inventory.py"))
+    inventory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(inventory)
+    monkeypatch.setattr(inventory, "PROJECT", str(tmp_path))
+    assert inventory.pytest_config() == str(tmp_path / "pyproject.toml")
+    names = inventory.runner_modules()
+    assert {"tomllib", "colorsys", "pytest"} <= names
+    assert "wave" not in names and "conftest" not in names

@@ -57,12 +57,20 @@ print("LOADED " + json.dumps(files))
 
 
 # What the test runner and miner's own helpers (this script, the verifier, the probes) import:
-# breaking those stdlib modules would stop every check, not the project's.
+# breaking those stdlib modules would stop every check, not the project's. pytest starts as in the
+# project (its configuration file, the plugins installed in the venv: coverage's imports pickle,
+# reading pyproject.toml tomllib) but collects an empty folder, so the project's own imports stay out.
 RUNNER_PROBE = ("import json, sys\n"
                 "import argparse, configparser, ctypes, hashlib, importlib, inspect, pkgutil, shutil, signal\n"
                 "import socket, subprocess, tempfile, time, xml.etree.ElementTree\n"
-                "try:\n    import pytest, _pytest.junitxml\nexcept ImportError:\n    pass\n"
+                "try:\n    import pytest, _pytest.junitxml\n"
+                "    with tempfile.TemporaryDirectory() as empty:\n"
+                "        pytest.main(json.loads(sys.argv[1]) + [empty])\n"
+                "except BaseException:\n    pass\n"
                 "print('MODULES ' + json.dumps(sorted(sys.modules)))")
+# pytest's configuration files in its order of precedence, with the section that makes them one
+PYTEST_CONFIGS = (("pytest.ini", ""), (".pytest.ini", ""), ("pyproject.toml", "[tool.pytest.ini_options]"),
+                  ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
 
 
 def run(argv, timeout=60, cwd=None):
@@ -184,14 +192,36 @@ def import_loads(names):
     return loads
 
 
-def preloaded_modules():
-    """Top-level modules the test runner and miner's helpers import, and this script itself."""
-    names = {name.split(".")[0] for name in sys.modules}
-    done = run([sys.executable, "-c", RUNNER_PROBE], timeout=120, cwd=PROJECT if os.path.isdir(PROJECT) else None)
+def pytest_config():
+    """The configuration file pytest reads in the project (pyproject.toml is read even without its section)."""
+    for name, section in PYTEST_CONFIGS:
+        path = os.path.join(PROJECT, name)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                if not section or section in handle.read():
+                    return path
+        except OSError:
+            continue
+    fallback = os.path.join(PROJECT, "pyproject.toml")
+    return fallback if os.path.isfile(fallback) else None
+
+
+def runner_modules():
+    """Top-level modules the test runner and miner's helpers import (RUNNER_PROBE)."""
+    args = ["--collect-only", "-q", "-p", "no:cacheprovider"]
+    if os.path.isdir(PROJECT):
+        args += ["--rootdir", PROJECT, *(["-c", config] if (config := pytest_config()) else [])]
+    done = run([sys.executable, "-c", RUNNER_PROBE, json.dumps(args)], timeout=120,
+               cwd=PROJECT if os.path.isdir(PROJECT) else None)
     for line in (done.stdout.splitlines() if done else []):
         if line.startswith("MODULES "):
-            names |= {name.split(".")[0] for name in json.loads(line[8:])}
-    return names
+            return {name.split(".")[0] for name in json.loads(line[8:])}
+    return set()
+
+
+def preloaded_modules():
+    """Top-level modules the test runner and miner's helpers import, and this script itself."""
+    return {name.split(".")[0] for name in sys.modules} | runner_modules()
 
 
 def stdlib_modules(names, loads):
