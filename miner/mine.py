@@ -451,35 +451,22 @@ def _mine_with_agent(mining: _Mining, extra_targets: list[Target]) -> None:
 
 def _adaptive(candidates: list[Inversion], options: CrawlOptions,
               rule_of: Callable[[Inversion], str | None]) -> Iterator[Inversion]:
-    """The candidates in order; with graph selection, some are moved to the end:
-    - a target whose break reached no test (`no-f2p`: the prediction was wrong for it) has its
-      remaining candidates moved there;
-    - so does a candidate of a family whose candidate with the same predicted F2P set already gave
-      a task or repeated one (`duplicate-symptom`): numpy's forty submodules all predict the tests
-      that import numpy, and the first one tells what the others will most likely show.
+    """The candidates in order; with graph selection, a target whose break reached no test
+    (`no-f2p`: the prediction was wrong for it) has its remaining candidates moved to the end.
 
     The rule of each candidate is read after it was tried (or when a resumed crawl finds it in
     the store), so a resumed crawl takes the same course.
     """
-    queue, deferred, missed, covered = deque(candidates), deque(), set(), set()
-
-    def symptom(inversion: Inversion) -> tuple[str, frozenset[str]] | None:
-        predicted = getattr(inversion, "predicted_f2p", None)
-        return (inversion.family, frozenset(predicted)) if predicted else None
-
+    queue, deferred, missed = deque(candidates), deque(), set()
     while queue or deferred:
         from_queue = bool(queue)
         inversion = queue.popleft() if from_queue else deferred.popleft()
-        if from_queue and options.select == "graph" and (
-                inversion.target.key in missed or symptom(inversion) in covered):
+        if from_queue and options.select == "graph" and inversion.target.key in missed:
             deferred.append(inversion)
             continue
         yield inversion
-        rule = rule_of(inversion)
-        if rule == "no-f2p":
+        if rule_of(inversion) == "no-f2p":
             missed.add(inversion.target.key)
-        elif rule in ("", "duplicate-symptom") and symptom(inversion):
-            covered.add(symptom(inversion))
 
 
 def choose_candidates(project: Project, state: HealthyState, types: list[InversionType],

@@ -378,7 +378,7 @@ def test_graph_selection_moves_a_target_that_missed_to_the_end() -> None:
     from miner.mine import _adaptive
 
     def cand(name: str, target: str) -> SimpleNamespace:
-        return SimpleNamespace(name=name, target=SimpleNamespace(key=target), family="deps", predicted_f2p=None)
+        return SimpleNamespace(name=name, target=SimpleNamespace(key=target))
 
     order = [cand("a1", "A"), cand("b1", "B"), cand("a2", "A"), cand("c1", "C"), cand("a3", "A")]
     rules = {"a1": "no-f2p", "b1": "", "c1": "no-p2p"}
@@ -386,26 +386,3 @@ def test_graph_selection_moves_a_target_that_missed_to_the_end() -> None:
     assert seen == ["a1", "b1", "c1", "a2", "a3"]
     blind = [c.name for c in _adaptive(order, CrawlOptions(select="random"), lambda c: rules.get(c.name))]
     assert blind == ["a1", "b1", "a2", "c1", "a3"]
-
-
-def test_graph_selection_moves_a_likely_repeat_to_the_end() -> None:
-    # after a candidate gave a task (rule "") or repeated one, the same family's candidates that
-    # predict the same tests wait until the others were tried; another family's do not
-    from types import SimpleNamespace
-
-    from miner.mine import _adaptive
-
-    def cand(name: str, family: str, predicted: list[str] | None) -> SimpleNamespace:
-        return SimpleNamespace(name=name, target=SimpleNamespace(key=name), family=family, predicted_f2p=predicted)
-
-    numpy = ["t::numpy_a", "t::numpy_b"]
-    order = [cand("core", "deps", numpy), cand("globals", "deps", numpy), cand("wcwidth", "deps", ["t::wide"]),
-             cand("pyc", "virtualenv", numpy), cand("linalg", "deps", numpy), cand("fft", "deps", numpy),
-             cand("unpredicted", "deps", None)]
-    rules = {"core": "", "wcwidth": "duplicate-symptom", "pyc": "no-p2p"}
-    seen = [c.name for c in _adaptive(order, CrawlOptions(select="graph"), lambda c: rules.get(c.name))]
-    assert seen == ["core", "wcwidth", "pyc", "unpredicted", "globals", "linalg", "fft"]
-    # a rule still unknown (the candidate not tried yet in a resumed crawl) covers nothing
-    rules = {"core": None}
-    seen = [c.name for c in _adaptive(order, CrawlOptions(select="graph"), lambda c: rules.get(c.name))]
-    assert seen == [c.name for c in order]
