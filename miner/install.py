@@ -272,6 +272,8 @@ def _tox_config(root: Path) -> configparser.ConfigParser | None:
         "tox" in read_toml(root / "pyproject.toml").get("tool", {}) or read_ini(root / "setup.cfg").has_section("tox:tox")
     if not has_config:
         return None
+    if (root / "toxfile.py").exists():  # tox would import it: the project's code, on the host
+        raise BuildError("toxfile.py (a tox plugin of the project) is not run outside the sandbox")
     done = subprocess.run([sys.executable, "-m", "tox", "config", "-e", "ALL", "-k", "deps", "extras",
                            "--no-provision", "-c", str(root)],
                           capture_output=True, text=True, timeout=120, cwd=root, stdin=subprocess.DEVNULL)

@@ -169,6 +169,14 @@ def test_tox_config_that_tox_cannot_read(tmp_path: Path) -> None:
     assert "# tox environments not read: tox config failed" in build_spec(project(root, {})).install_script
 
 
+def test_a_tox_plugin_of_the_project_never_runs_on_the_host(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    root = write(tmp_path / "p", {"tox.ini": "[tox]\nenvlist = py\n[testenv]\ndeps = six\n",
+                                  "toxfile.py": f"open({str(marker)!r}, 'w').close()\n"})
+    found = tox_environments(root, "3.11")
+    assert "toxfile.py" in found.error and not found.deps and not marker.exists()
+
+
 def test_script_shape_and_overrides(tmp_path: Path) -> None:
     proj = project(
         tmp_path,
