@@ -322,8 +322,8 @@ class Checker:
                 result.nop = self.scenario(image, task_dir, config, with_solution=False)
                 result.oracle = self.scenario(image, task_dir, config, with_solution=True)
             finally:
-                if self.defer_removal and not self.keep_images:
-                    self.built.append(image)
+                if not self.keep_images and self.defer_removal:
+                    self.built.append(image)  # removed at the end: another build may use its parent
                 elif not self.keep_images:
                     self.client.images.remove(image, force=True)
         except CheckError as exc:

@@ -290,10 +290,9 @@ def _tox_dep(line: str, root: Path) -> str | None:
     """A deps line as a pip argument: a requirement, or `-r`/`-c` of a project file; else None."""
     for flag in ("-r", "-c"):
         if line.startswith(flag):
-            path = Path(line[len(flag):].strip())
-            path = path if path.is_absolute() else root / path
-            inside = path.resolve().is_relative_to(root.resolve()) and path.is_file()
-            return f"{flag}{path.resolve().relative_to(root.resolve()).as_posix()}" if inside else None
+            path, base = (root / line[len(flag):].strip()).resolve(), root.resolve()
+            inside = path.is_relative_to(base) and path.is_file()
+            return f"{flag}{path.relative_to(base).as_posix()}" if inside else None
     try:
         Requirement(line)
     except InvalidRequirement:
@@ -480,8 +479,6 @@ def install_script(project: Project, extras: list[str], extra_args: list[str],
                    tox: ToxEnvironments | None = None) -> str:
     root = project.path
     tox = tox or ToxEnvironments()
-    declared = {normalize(e) for e in declared_extras(root)}
-    extras = list(dict.fromkeys(extras + [e for e in tox.extras if normalize(e) in declared]))
     lines = ["set -u", *_project_lines(root, extras)]
     files = requirement_files(root)
     if files:
@@ -503,13 +500,16 @@ def install_script(project: Project, extras: list[str], extra_args: list[str],
     return "\n".join(lines) + "\n"
 
 
-def chosen_extras(project: Project) -> list[str]:
-    """The `extras=` override, else the declared extras among test/tests/testing/dev."""
+def chosen_extras(project: Project, tox_extras: list[str] = ()) -> list[str]:
+    """The `extras=` override, else the declared extras among test/tests/testing/dev; then those
+    of `tox_extras` (the chosen tox environments') the project declares."""
     override = project.source.overrides.get("extras")
-    if override is not None:
-        return [e.strip() for e in override.split(",") if e.strip()]
     declared = {normalize(e): e for e in declared_extras(project.path)}
-    return [declared[name] for name in TEST_EXTRAS if name in declared]
+    if override is not None:
+        chosen = [e.strip() for e in override.split(",") if e.strip()]
+    else:
+        chosen = [declared[name] for name in TEST_EXTRAS if name in declared]
+    return list(dict.fromkeys(chosen + [e for e in tox_extras if normalize(e) in declared]))
 
 
 def override_env(project: Project) -> dict[str, str]:
@@ -531,8 +531,8 @@ def chosen_tox(project: Project) -> ToxEnvironments:
 def build_spec(project: Project, limits: Limits | None = None, *, backend: str = "local") -> BuildSpec:
     """How to build `project`: interpreter, install script, environment, limits."""
     overrides = project.source.overrides
-    script = install_script(project, chosen_extras(project), shlex.split(overrides.get("install", "")),
-                            chosen_tox(project))
+    tox = chosen_tox(project)
+    script = install_script(project, chosen_extras(project, tox.extras), shlex.split(overrides.get("install", "")), tox)
     return BuildSpec(
         python=resolve_python(overrides.get("python"), backend),
         install_script=script,
