@@ -215,7 +215,8 @@ def collect_images(client: Any, needs: Needs, report: GcReport) -> None:
         report.notes.append(f"{foreign} image(s) of projects this store does not know were left alone")
     order = {"broken": 0, "healthy": 1, "project": 2, "stage": 3}
     sizes = _ImageSizes(client)
-    for image in sorted(doomed, key=lambda i: order[(i.labels or {}).get(imagelib.KIND, "")]):
+    # The engine lists images built in one second in no fixed order: the name breaks ties.
+    for image in sorted(doomed, key=lambda i: (order[(i.labels or {}).get(imagelib.KIND, "")], sorted(i.tags), i.id)):
         name = ", ".join(image.tags) or image.short_id
         size = sizes.unique(image)
         if not report.dry_run and not _remove_image(client, image, report):

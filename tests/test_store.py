@@ -350,10 +350,20 @@ def test_recover_drops_rows_whose_folder_is_gone(tmp_path: Path) -> None:
 
 WRITER = textwrap.dedent(
     """
-    import json, sys
+    import json, os, signal, sys
     from miner.models import Task
     from miner.store import Store
 
+    if len(sys.argv) > 3:  # kill -9 itself right after the N-th fsync: inside a task folder's write
+        calls, real_fsync = [0], os.fsync
+
+        def fsync(fd):
+            real_fsync(fd)
+            calls[0] += 1
+            if calls[0] == int(sys.argv[3]):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        os.fsync = fsync
     store = Store(sys.argv[1])
     for line in open(sys.argv[2]):
         item = json.loads(line)
@@ -363,8 +373,11 @@ WRITER = textwrap.dedent(
 )
 
 
-def start_writer(tmp_path: Path, root: Path, start: int, count: int, size: int) -> subprocess.Popen:
-    """A process storing tasks start..start+count-1 (made here, handed over as JSON lines)."""
+def start_writer(tmp_path: Path, root: Path, start: int, count: int, size: int,
+                 die_after_fsync: int = 0) -> subprocess.Popen:
+    """A process storing tasks start..start+count-1 (made here, handed over as JSON lines).
+
+    With `die_after_fsync` it kills itself (SIGKILL) right after that many fsyncs."""
     script, batch = tmp_path / "writer.py", tmp_path / f"tasks-{start}-{count}-{size}.jsonl"
     script.write_text(WRITER)
     with batch.open("w") as out:
@@ -373,7 +386,8 @@ def start_writer(tmp_path: Path, root: Path, start: int, count: int, size: int) 
             files = {name: data.decode() if isinstance(data, bytes) else data
                      for name, data in task_files(task, log_size=size).items()}
             out.write(json.dumps({"n": n, "task": task.model_dump(mode="json"), "files": files}) + "\n")
-    return subprocess.Popen([sys.executable, str(script), str(root), str(batch)],
+    extra = [str(die_after_fsync)] if die_after_fsync else []
+    return subprocess.Popen([sys.executable, str(script), str(root), str(batch), *extra],
                             stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
 
 
@@ -399,7 +413,15 @@ def test_recover_after_kill_9(tmp_path: Path) -> None:
         assert_consistent(root)
         if hit_mid_write and attempt >= 1:
             break
-    assert hit_mid_write, "no kill landed in the middle of writing a task folder"
+    # a random moment may always fall between two writes on a fast disk: one kill surely inside one
+    proc = start_writer(tmp_path, root, 0, count, size, die_after_fsync=2)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    leftovers = [p.name for p in (root / "tasks").iterdir() if p.name.startswith(".tmp-")]
+    assert leftovers, "the writer was killed inside a task folder's write"
+    with Store(root) as store:
+        assert sorted(store.last_recovery.temp_folders) == sorted(leftovers)
+    assert_consistent(root)
 
     # crawling again completes the set: every task once, folders and rows in step
     proc = start_writer(tmp_path, root, 0, count, 16)
