@@ -415,6 +415,48 @@ def test_fixtures_hooks_and_folder_listings(tmp_path: Path) -> None:
     assert files("test_token") == files("test_dynamic") == {"data:tests/token.txt", "data:tests/cases.txt"}
 
 
+def test_gettext_catalogues_and_imported_names(tmp_path: Path) -> None:
+    """gettext.translation("app", ...) reads every app.mo under the project; a package's __init__
+    importing a function does not make all its importers depend on that function."""
+    mo = "\x00binary catalogue"
+    project = write_project(tmp_path, {
+        "app/__init__.py": "from app.i18n import translator\nfrom app.core import total\n",
+        "app/i18n.py": """
+            import gettext as gettext_module
+            from pathlib import Path
+
+            def translator(language):
+                return gettext_module.translation("app", Path(__file__).parent / "locale", [language])
+            """,
+        "app/core.py": "def total(values):\n    return sum(values)\n",
+        "app/locale/fr/LC_MESSAGES/app.mo": mo,
+        "app/locale/de/LC_MESSAGES/app.mo": mo,
+        "app/locale/fr/LC_MESSAGES/app.po": "msgid \"\"\n",
+        "tests/test_app.py": """
+            import app
+
+            def test_total():
+                assert app.total([1, 2]) == 3
+
+            def test_french():
+                app.translator("fr")
+            """,
+    })
+    ids = ["tests/test_app.py::test_total", "tests/test_app.py::test_french"]
+    healthy = HealthyState(repo="r", commit="c", backend="local", test_command="pytest",
+                           outcomes={i: "passed" for i in ids})
+    graph = build_graph(project, healthy)
+    for lang in ("fr", "de"):
+        target = Target(kind="data", name=f"app/locale/{lang}/LC_MESSAGES/app.mo",
+                        path=f"app/locale/{lang}/LC_MESSAGES/app.mo")
+        assert predict(graph, target) == {"tests/test_app.py::test_french"}
+    assert "data:app/locale/fr/LC_MESSAGES/app.po" not in graph  # gettext never reads the source
+    keyword = parse_source(b"import gettext\ndef f():\n    gettext.translation(domain='app', localedir='x')\n",
+                           "m.py", "m")
+    assert "app.mo" in keyword.scopes["f"].paths
+    assert "app.mo" not in parse_source(b"def f(s):\n    return s.find('app')\n", "m.py", "m").scopes["f"].paths
+
+
 def test_main_block_runs_only_as_a_script_and_system_nodes(tmp_path: Path) -> None:
     """`if __name__ == "__main__":` is not import-time code; a test running `python tool.py` (or a
     probe running it) depends on it. With a system inventory, `import sqlite3` reaches the shared

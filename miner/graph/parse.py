@@ -45,6 +45,8 @@ COMMAND_CALLS = {"run", "call", "check_call", "check_output", "Popen", "system",
 PATH_CALLS = {"Path", "PurePath", "PosixPath", "PurePosixPath", "join", "joinpath"}
 RESOURCE_CALLS = {"files", "read_text", "read_binary", "open_text", "open_binary", "get_data",
                   "is_resource", "path"}
+# gettext reads <localedir>/<language>/LC_MESSAGES/<domain>.mo: the call names the domain, not the file
+GETTEXT_CALLS = {"translation", "bindtextdomain", "install", "find"}
 TMP_NAMES = {"tmp_path", "tmpdir", "tmp_path_factory", "tmpdir_factory", "tmp_dir", "temp_dir", "tmp"}
 
 _QUERY = Query(PY_LANGUAGE, """
@@ -341,6 +343,9 @@ class _FileParser:
 
     # -- query handlers
     def _on_import(self, node: Node, scope: Scope) -> None:
+        # importing a name is not using it: `from .i18n import activate` in a package's __init__
+        # must not make everything that imports the package depend on activate()
+        self.skip.update(_identifiers(node))
         if node.type == "import_statement":
             for child in node.children_by_field_name("name"):
                 target = child.child_by_field_name("name") if child.type == "aliased_import" else child
@@ -378,8 +383,20 @@ class _FileParser:
             self._add_command(args[0], scope)
         elif name == "import_module" and args and _literal(args[0]):
             scope.imports.add((0, _literal(args[0]), ()))
+        elif name in GETTEXT_CALLS and ("gettext" in function or name in ("translation", "bindtextdomain")):
+            self._add_gettext_domain(node, args, scope)
         if name in PATH_CALLS or name in RESOURCE_CALLS:
             self._add_path(node, scope)
+
+    @staticmethod
+    def _add_gettext_domain(node: Node, args: list[Node], scope: Scope) -> None:
+        """The message catalogues a gettext call loads, as the file name they all share."""
+        keywords = {k.child_by_field_name("name").text.decode(): k.child_by_field_name("value")
+                    for k in node.child_by_field_name("arguments").named_children if k.type == "keyword_argument"}
+        value = args[0] if args else keywords.get("domain")
+        domain = _literal(value) if value is not None else None
+        if domain and "/" not in domain:
+            scope.paths.add(f"{domain}.mo")
 
     def _on_subscript(self, node: Node, scope: Scope) -> None:
         if _dotted(node.child_by_field_name("value")) not in ENVIRON:
