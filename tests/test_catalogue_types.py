@@ -77,6 +77,8 @@ LOCAL_CASES: dict[str, tuple[str, dict | None, set[str]]] = {
     "config/bom": ("config:stocksync.toml", None, {"tests/test_config.py::test_project_settings"}),
     "config/appended-twice": ("config:stocksync.toml", None, {"tests/test_config.py::test_project_settings"}),
     "data/bom": ("data:data/suppliers.csv", None, {"tests/test_suppliers.py::test_supplier"}),
+    "data/catalogue-uncompiled": ("data:stocksync/locale/fr/LC_MESSAGES/stocksync.mo", None,
+                                  {"tests/test_report.py::test_report_in_french"}),
 }
 DOCKER_CASES: dict[str, tuple[str, set[str]]] = {
     "net/nsswitch-no-files": ("setting:resolver",
@@ -187,7 +189,8 @@ def test_the_fixture_has_a_target_of_every_new_kind(tmp_path: Path) -> None:
             "setting:tls", "setting:proxy", "setting:resolver", "setting:user-config", "setting:pip",
             "state:lock:var/stocksync.lock", "state:pid:var/stocksync.pid", "state:cache:~/.cache",
             "submodule:yaml.constructor", "submodule:tabulate.version", "bytecode:stocksync.ledger",
-            "bytecode:tabulate", "bytecode:yaml.constructor"} <= set(targets)
+            "bytecode:tabulate", "bytecode:yaml.constructor",
+            "data:stocksync/locale/fr/LC_MESSAGES/stocksync.mo"} <= set(targets)  # gettext("stocksync")
     assert "submodule:yaml.tests.x" not in targets  # a distribution's own tests are not a target
     assert not any(key.startswith("bytecode:tests") or key.endswith("conftest") for key in targets)
     assert targets["setting:tls"].attrs == {"aspect": "tls", "variable": "SSL_CERT_FILE", "stated": True,
