@@ -265,6 +265,7 @@ RejectRule = Literal[
     "test-tree-changed",  # rule 7: the tests (code, data, runner config) are the judge
     "unrecoverable",  # rule 8: no evidence, or the fix carries a copy of the answer
     "solver-view",  # the instruction's command does not show the symptom in a solver's shell
+    "hangs",  # a test run of the candidate ran over its limit (miner.validate.HANG_FACTOR)
     "duplicate-symptom",  # same family and F2P set as a task already stored for the project
     "overlapping-parts",  # a compound whose parts share a target or branch, or one part's fix repairs another's
     "unsupported",  # the backend cannot run this type

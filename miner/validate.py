@@ -11,7 +11,8 @@ left anywhere in the sandbox; (4) the fix, run with the network only when its ev
 back; (5) the break replayed on another fresh copy gives the same F2P set. The solver's view
 (rule `solver-view`): the command the instruction will show, run in a login shell and in
 `bash -c` (miner.solver_view), fails with its first error line after the break and passes after
-the fix, in the same sandbox, one run each. Rule 6 scans what the
+the fix, in the same sandbox, one run each. A test run of the candidate that takes more than
+HANG_FACTOR healthy suite times is cut and the candidate rejected (rule `hangs`). Rule 6 scans what the
 backend declares a break may touch (Capabilities.scan_roots: the sandbox folder locally, the
 whole container file system on Docker).
 When the dependency graph predicted the blast radius and running it alone costs less than half
@@ -47,6 +48,12 @@ DIST_INFO = re.compile(r"^(.*/[^/-]+)-[^/]+\.dist-info/")
 INLINE_SCRIPT = 36 * 1024  # scripts up to this size go inside the command that runs them (base64)
 NOT_WRITTEN = 213  # exit code of an inline script that could not be written (no base64 there)
 PREDICT_SHARE = 0.5  # run the predicted tests first when that costs at most this share of a suite run
+# A candidate's suite runs are cut after HANG_FACTOR healthy suite times (never sooner than
+# MIN_RUN_TIMEOUT, never later than the crawl's --timeout): a break whose tests run that long made
+# them hang, and waiting out --timeout on each of its runs would cost more than the project's
+# whole crawl.
+HANG_FACTOR = 10.0
+MIN_RUN_TIMEOUT = 60.0
 
 
 @dataclass
@@ -93,6 +100,8 @@ class Run:
         self.healthy_pass = passing(ctx.state.outcomes)
         self.clock = Clock()
         self.lock = threading.Lock()  # the replay may run in a second thread
+        measured = ctx.state.suite_seconds
+        self.timeout = min(ctx.timeout, max(MIN_RUN_TIMEOUT, HANG_FACTOR * measured)) if measured > 0 else ctx.timeout
 
     @contextmanager
     def fork(self, phase: str = "fork") -> Iterator[Sandbox]:
@@ -133,10 +142,13 @@ class Run:
     def check(self, sandbox: Sandbox, phase: str, tests: list[str] | None = None, deselect: list[str] = ()) -> SuiteRun:
         with self.clock.phase(phase):
             suite = run_checks(sandbox, self.ctx.state.test_command, self.ctx.state.probes, tests=tests,
-                               timeout=self.ctx.timeout, extra=self.ctx.extra, clock=self.clock, deselect=deselect)
+                               timeout=self.timeout, extra=self.ctx.extra, clock=self.clock, deselect=deselect)
         total = max(len(self.ctx.state.outcomes), 1)
         with self.lock:
             self.suite_runs += (len(tests) if tests is not None else total - len(deselect)) / total
+        if suite.timed_out:
+            raise Rejected("hangs", f"the {phase} test run was cut after {self.timeout:.0f}s (the healthy suite takes "
+                                    f"{self.ctx.state.suite_seconds:.1f}s): the tests hang")
         return suite
 
     def worth_predicting(self, predicted: list[str]) -> bool:
@@ -202,7 +214,7 @@ class Run:
         """The instruction's command in a solver's login shell and `bash -c` (one run for both):
         before the fix it fails showing the instruction's first error line, after it passes."""
         with self.clock.phase("solver-view"):
-            result = sandbox.run(view_script(view.command, self.ctx.timeout), timeout=2 * self.ctx.timeout + 60)
+            result = sandbox.run(view_script(view.command, self.timeout), timeout=2 * self.timeout + 60)
         runs = read_view(result.output)
         self.logs[f"solver-view-{'fixed' if fixed else 'broken'}"] = log_text(runs) if runs else result.output[-4000:]
         problems = judge(view, runs, fixed)

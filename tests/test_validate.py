@@ -149,6 +149,19 @@ def test_a_break_with_a_random_effect_is_not_reproducible(ctx: Context) -> None:
     assert "different F2P set" in candidate.detail
 
 
+def test_a_break_that_makes_the_tests_hang_is_cut_after_a_few_suite_times(ctx: Context, monkeypatch) -> None:
+    import miner.validate as validate_module
+
+    monkeypatch.setattr(validate_module, "MIN_RUN_TIMEOUT", 5.0)
+    limit = max(5.0, validate_module.HANG_FACTOR * ctx.state.suite_seconds)
+    assert 0 < ctx.state.suite_seconds and limit < ctx.timeout
+    # the data file becomes a named pipe nobody writes: whoever opens it waits forever
+    candidate = validate(ctx, inversion(f'F="$MINER_PROJECT/{DATA}"\nrm -f "$F"\nmkfifo "$F"', "true"))
+    rejected(candidate, "hangs")
+    assert f"cut after {limit:.0f}s" in candidate.detail
+    assert candidate.seconds < ctx.timeout
+
+
 def test_a_symptom_the_solvers_login_shell_does_not_show_is_rejected(ctx: Context) -> None:
     """A variable set for non-interactive shells only (~/.bashrc skips the line in an interactive
     shell): the crawl's runs and `bash -c` fail, but the instruction's command typed into a login
