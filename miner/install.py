@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import configparser
 import email.parser
+import functools
 import io
 import os
 import re
@@ -42,6 +43,7 @@ TEST_GROUPS = ("test", "tests", "dev")
 # linter or a tool: `py311-django42`, `lint`, `docs`); a python factor must name this interpreter.
 TOX_TEST_FACTORS = frozenset({"py", "extra", "extras", "all", "full", "test", "tests", "testing", "unit"})
 TOX_PYTHON_FACTOR = re.compile(r"^(?:py|python)(\d)\.?(\d+)?$")
+TOX_CONFIG_FILES = ("tox.ini", "tox.toml", "pyproject.toml", "setup.cfg")  # where tox reads its configuration
 TOX_CONFIG_LINE = re.compile(r"^(\[.*\]|\s+\S.*|[\w.-]+ =.*|)$")  # a section, a continuation, a key or blank
 REQUIREMENT_GLOBS = (
     "requirements-test*.txt",
@@ -274,16 +276,25 @@ def _tox_config(root: Path) -> configparser.ConfigParser | None:
         return None
     if (root / "toxfile.py").exists():  # tox would import it: the project's code, on the host
         raise BuildError("toxfile.py (a tox plugin of the project) is not run outside the sandbox")
-    done = subprocess.run([sys.executable, "-m", "tox", "config", "-e", "ALL", "-k", "deps", "extras",
-                           "--no-provision", "-c", str(root)],
-                          capture_output=True, text=True, timeout=120, cwd=root, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        raise BuildError(f"tox config failed: {(done.stderr or done.stdout).strip()[-300:]}")
+    stamp = tuple((n, p.stat().st_mtime_ns, p.stat().st_size) for n in TOX_CONFIG_FILES if (p := root / n).is_file())
+    returncode, output = _run_tox_config(str(root.resolve()), stamp)
+    if returncode != 0:
+        raise BuildError(f"tox config failed: {output.strip()[-300:]}")
     # tox prints notes among the sections ("py3.11: environment py3.11 marked as unavailable, ...")
-    lines = [line for line in done.stdout.splitlines() if TOX_CONFIG_LINE.match(line)]
+    lines = [line for line in output.splitlines() if TOX_CONFIG_LINE.match(line)]
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     parser.read_file(io.StringIO("\n".join(lines)))
     return parser
+
+
+@functools.lru_cache(maxsize=64)
+def _run_tox_config(root: str, stamp: tuple) -> tuple[int, str]:
+    """`tox config` of a project (0.3-1 s), once per state of its config files (`stamp`): a
+    project's batches each compute its build spec."""
+    done = subprocess.run([sys.executable, "-m", "tox", "config", "-e", "ALL", "-k", "deps", "extras",
+                           "--no-provision", "-c", root],
+                          capture_output=True, text=True, timeout=120, cwd=root, stdin=subprocess.DEVNULL)
+    return done.returncode, done.stdout if done.returncode == 0 else (done.stderr or done.stdout)
 
 
 def _tox_dep(line: str, root: Path) -> str | None:
