@@ -160,6 +160,15 @@ def test_tox_deps_of_the_test_environments(tmp_path: Path) -> None:
     script = build_spec(project(root, {})).install_script
     assert "-e '.[cli]'" in script and "pip install --progress-bar off pytest -rrequirements/tests.txt six ||" in script
     assert "tox deps" not in build_spec(project(root, {}, {"tox_env": ""})).install_script
+    # tox runs once per state of the config files: an edited tox.ini is read again, then reused
+    from miner.install import _run_tox_config
+
+    runs = _run_tox_config.cache_info().misses
+    (root / "tox.ini").write_text(TOX_INI.replace("six", "attrs"))
+    assert "attrs" in tox_environments(root, "3.11").deps
+    assert _run_tox_config.cache_info().misses == runs + 1
+    tox_environments(root, "3.11", ["py311-alpha"])
+    assert _run_tox_config.cache_info().misses == runs + 1
 
 
 def test_tox_config_that_tox_cannot_read(tmp_path: Path) -> None:
