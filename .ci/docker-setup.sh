@@ -73,12 +73,15 @@ PY
         || fail "could not install the compose plugin ($COMPOSE_WHEEL into $PLUGIN_DIR)"
 fi
 
-# 4. The base image, built with debootstrap (no registry needed).
-if docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
+# 4. The base image, built with debootstrap (no registry needed), again when it lacks a package
+#    miner's list now names (its label records the list it was built with).
+python3 -c "import miner.cli, docker" 2>/dev/null || python3 -m pip install -q -e . >/dev/null
+wanted=$(python3 -c "from miner.sandbox.docker.images import BOOTSTRAP_PACKAGES as p; print(','.join(p))")
+have=$(docker image inspect -f '{{ index .Config.Labels "miner.packages" }}' "$BASE_TAG" 2>/dev/null || true)
+if [ "$have" = "$wanted" ]; then
     say "$BASE_TAG present"
 else
-    python3 -c "import miner.cli, docker" 2>/dev/null || python3 -m pip install -q -e . >/dev/null
-    say "bootstrapping $BASE_TAG with debootstrap (a few minutes)"
+    say "bootstrapping $BASE_TAG with debootstrap (a few minutes; packages: $wanted, image had: ${have:-none})"
     python3 -c "from miner.cli import main; main()" images bootstrap --tag "$BASE_TAG" \
         || fail "could not build the base image $BASE_TAG (miner images bootstrap failed, see above)"
     say "$BASE_TAG built"

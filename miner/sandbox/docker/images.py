@@ -52,7 +52,8 @@ KIND = "miner.kind"
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 BOOTSTRAP_TAG = "miner/base:bookworm"
 BOOTSTRAP_SUITE = "bookworm"
-BOOTSTRAP_PACKAGES = ["python3", "python3-venv", "python3-pip", "git", "ca-certificates"]
+# gettext: msgfmt, which data/catalogue-uncompiled's fix compiles message catalogues with
+BOOTSTRAP_PACKAGES = ["python3", "python3-venv", "python3-pip", "git", "ca-certificates", "gettext"]
 BUILD_LOG_TAIL = 60  # lines of build output kept in BuildError.log
 
 NO_ENGINE = (
@@ -195,7 +196,7 @@ def bootstrap_base(
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
         repo, _, version = tag.partition(":")
         changes = [
-            f"LABEL {LABEL}=1 {KIND}=base miner.suite={suite}",
+            f"LABEL {LABEL}=1 {KIND}=base miner.suite={suite} miner.packages={','.join(packages)}",
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8",
             'CMD ["bash"]',
         ]
