@@ -82,7 +82,7 @@ if [ "$have" = "$wanted" ]; then
     say "$BASE_TAG present"
 else
     say "bootstrapping $BASE_TAG with debootstrap (a few minutes; packages: $wanted, image had: ${have:-none})"
-    python3 -c "from miner.cli import main; main()" images bootstrap --tag "$BASE_TAG" \
+    python3 -c "from miner.cli import main; main()" images bootstrap --force --tag "$BASE_TAG" \
         || fail "could not build the base image $BASE_TAG (miner images bootstrap failed, see above)"
     say "$BASE_TAG built"
 fi
