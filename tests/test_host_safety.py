@@ -171,14 +171,15 @@ def sandbox_env(tmp_path: Path) -> Healthy:
 def wipe_target(box) -> Iterator[tuple[Path, Path]]:
     """The host folder the hostile script tries to delete, and a file in it that must survive:
     this repository, or, when the sandbox cannot see it (a clone under /tmp, which the sandbox
-    replaces with its own), a folder made for the purpose in $HOME, which it sees read-only."""
+    replaces with its own), a folder made for the purpose in /var/tmp, which it sees read-only
+    (not in $HOME: as root, HOME is /root, which the sandbox also replaces)."""
     if box.run(f"test -d {REPO_ROOT / 'fixtures'}", timeout=60).exit_code == 0:
         yield REPO_ROOT, REPO_ROOT / "fixtures" / "inventory-app"
         return
-    target = HOME / f".miner-victim-{uuid.uuid4().hex[:8]}"
-    (target / "keep").mkdir(parents=True)
+    target = Path(tempfile.mkdtemp(prefix="miner-victim-", dir="/var/tmp"))
+    (target / "keep").mkdir()
     try:
-        assert box.run(f"test -d {target / 'keep'}", timeout=60).exit_code == 0, "the sandbox does not see $HOME"
+        assert box.run(f"test -d {target / 'keep'}", timeout=60).exit_code == 0, "the sandbox does not see /var/tmp"
         yield target, target / "keep"
     finally:
         shutil.rmtree(target, ignore_errors=True)
