@@ -276,7 +276,8 @@ def _tox_config(root: Path) -> configparser.ConfigParser | None:
         return None
     if (root / "toxfile.py").exists():  # tox would import it: the project's code, on the host
         raise BuildError("toxfile.py (a tox plugin of the project) is not run outside the sandbox")
-    stamp = tuple((n, p.stat().st_mtime_ns, p.stat().st_size) for n in TOX_CONFIG_FILES if (p := root / n).is_file())
+    stamp = tuple((n, (info := (root / n).stat()).st_mtime_ns, info.st_size)
+                  for n in TOX_CONFIG_FILES if (root / n).is_file())
     returncode, output = _run_tox_config(str(root.resolve()), stamp)
     if returncode != 0:
         raise BuildError(f"tox config failed: {output.strip()[-300:]}")

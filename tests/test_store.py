@@ -391,6 +391,18 @@ def start_writer(tmp_path: Path, root: Path, start: int, count: int, size: int,
                             stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
 
 
+def recover_after_kill(proc: subprocess.Popen, root: Path) -> list[str]:
+    """Wait for a killed writer; opening the store removes exactly the temporary folders it left
+    (returned) and leaves folders and rows in step."""
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    leftovers = [p.name for p in (root / "tasks").iterdir() if p.name.startswith(".tmp-")]
+    with Store(root) as store:
+        assert sorted(store.last_recovery.temp_folders) == sorted(leftovers)
+    assert_consistent(root)
+    return leftovers
+
+
 def test_recover_after_kill_9(tmp_path: Path) -> None:
     root = tmp_path / "mined"
     count, size = 30, 1 << 20  # 1 MiB logs: most of a write's time is spent fsyncing files
@@ -404,24 +416,12 @@ def test_recover_after_kill_9(tmp_path: Path) -> None:
             assert proc.stdout.readline(), "writer died on its own"
         time.sleep(rng.uniform(0.0, 0.05))
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
-        leftovers = [p.name for p in (root / "tasks").iterdir() if p.name.startswith(".tmp-")]
-        hit_mid_write += bool(leftovers)
-        with Store(root) as store:
-            assert sorted(store.last_recovery.temp_folders) == sorted(leftovers)
-        assert_consistent(root)
+        hit_mid_write += bool(recover_after_kill(proc, root))
         if hit_mid_write and attempt >= 1:
             break
     # a random moment may always fall between two writes on a fast disk: one kill surely inside one
     proc = start_writer(tmp_path, root, 0, count, size, die_after_fsync=2)
-    proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
-    leftovers = [p.name for p in (root / "tasks").iterdir() if p.name.startswith(".tmp-")]
-    assert leftovers, "the writer was killed inside a task folder's write"
-    with Store(root) as store:
-        assert sorted(store.last_recovery.temp_folders) == sorted(leftovers)
-    assert_consistent(root)
+    assert recover_after_kill(proc, root), "the writer was killed inside a task folder's write"
 
     # crawling again completes the set: every task once, folders and rows in step
     proc = start_writer(tmp_path, root, 0, count, 16)
