@@ -26,9 +26,7 @@ import os
 import re
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -44,12 +42,11 @@ from packaging.version import InvalidVersion, Version
 from miner.install import PytestConfig, read_pytest_config
 from miner.models import Source
 from miner.projectfiles import in_test_tree, is_doc, project_files
-from miner.sources import FetchError, fetch
+from miner.sources import PYPI_URL, FetchError, IndexUnreachable, fetch, index_json
 
-PYPI_URL = "https://pypi.org/pypi"
 GITHUB_URL = "https://api.github.com"
 MAX_SDIST_BYTES = 100_000_000
-HTTP_TIMEOUT = 60
+HTTP_TIMEOUT = 60  # GitHub API calls
 MAX_READ = 400_000  # characters of one file read for the content checks
 DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")
 # Folders pytest does not recurse into by default (norecursedirs), besides dot-folders and *.egg.
@@ -380,22 +377,10 @@ def _name_entry(text: str) -> NameEntry:
 
 def pypi_json(name: str, index: str = PYPI_URL) -> dict[str, Any] | None:
     """The index's JSON description of a project (None when the project does not exist)."""
-    url = f"{index.rstrip('/')}/{urllib.parse.quote(name)}/json"
     try:
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as answer:
-            data = json.load(answer)
-            base = answer.geturl()
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise Unchecked(f"the index answered {exc.code} for {name}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise Unchecked(f"cannot reach the index: {getattr(exc, 'reason', exc)}") from None
-    for files in (data.get("releases") or {}).values():  # mirrors answer with URLs relative to the page
-        for item in files:
-            if item.get("url"):
-                item["url"] = urllib.parse.urljoin(base, item["url"])
-    return data
+        return index_json(name, index)
+    except IndexUnreachable as exc:
+        raise Unchecked(exc.reason) from None
 
 
 def _python() -> Version:

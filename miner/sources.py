@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -27,10 +28,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import git
@@ -46,6 +50,8 @@ GIT_SCHEMES = ("https://", "http://", "ssh://", "file://", "git://")
 SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 PIP_TIMEOUT = 900
 DOWNLOAD_TIMEOUT = 120  # seconds without data before an sdist download gives up
+PYPI_URL = "https://pypi.org/pypi"  # the index's JSON API
+HTTP_TIMEOUT = 60
 
 _SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+)@(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).+)$")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -510,12 +516,63 @@ def _file_sha256(path: Path) -> str:
 # --- pypi sdists
 
 
+class IndexUnreachable(FetchError):
+    """The index's JSON API did not answer (other than "no such project")."""
+
+
+def index_json(name: str, index: str = PYPI_URL) -> dict[str, Any] | None:
+    """The index's JSON description of a project (None when the project does not exist)."""
+    url = f"{index.rstrip('/')}/{urllib.parse.quote(name)}/json"
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as answer:
+            data = json.load(answer)
+            base = answer.geturl()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise IndexUnreachable(f"the index answered {exc.code} for {name}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise IndexUnreachable(f"cannot reach the index: {getattr(exc, 'reason', exc)}") from None
+    for files in (data.get("releases") or {}).values():  # mirrors answer with URLs relative to the page
+        for item in files:
+            if item.get("url"):
+                item["url"] = urllib.parse.urljoin(base, item["url"])
+    return data
+
+
+def index_sdist(name: str, version: str, index: str = PYPI_URL) -> dict[str, Any] | None:
+    """The index's sdist file entry (url, digests, ...) of exactly this release, a .tar.gz first;
+    None when the index does not list one (or does not answer)."""
+    try:
+        data = index_json(name, index)
+    except IndexUnreachable:
+        return None
+    releases = (data or {}).get("releases") or {}
+    files = next((f for text, f in releases.items() if _same_version(text, version)), [])
+    sdists = [f for f in files if f.get("packagetype") == "sdist" and f.get("url")]
+    sdists.sort(key=lambda f: (bool(f.get("yanked")), not str(f.get("filename", "")).endswith(".tar.gz")))
+    return sdists[0] if sdists else None
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
 def _fetch_pypi(source: Source, cache: Path, url: str | None = None, sha256: str | None = None) -> Project:
     name, version = source.location.split("==")
     entry = cache_entry(source, cache)
     with _locked(entry.with_suffix(".lock")):
-        sdist = _cached_sdist(entry) or (_download_url(url, sha256, entry) if url
-                                         else _download_sdist(name, version, entry))
+        sdist = _cached_sdist(entry)
+        if sdist is None and url is None:
+            # The file straight from the index: `pip download` would also build the sdist's
+            # metadata, and so fail on build dependencies it cannot install (the build stage
+            # reports those). pip stays the fallback for indexes without a JSON API.
+            found = index_sdist(name, version) or {}
+            url, sha256 = found.get("url"), (found.get("digests") or {}).get("sha256")
+        sdist = sdist or (_download_url(url, sha256, entry) if url else _download_sdist(name, version, entry))
         sha = _file_sha256(sdist)
         unpacked = entry / f"src-{sha[:12]}"
         if not unpacked.exists():
@@ -570,8 +627,10 @@ def _download_url(url: str, sha256: str | None, entry: Path) -> Path:
 
 
 def _pip_reason(name: str, version: str, output: str) -> str:
-    errors = [ln.strip() for ln in output.splitlines() if ln.startswith("ERROR:")]
+    errors = [ln.strip() for ln in output.splitlines() if ln.strip().startswith("ERROR:")]
     detail = errors[0] if errors else (output.strip().splitlines() or ["no output"])[-1]
+    if "to install build dependencies did not run successfully" in output:
+        return f"the build dependencies of {name}=={version}'s sdist cannot be installed ({detail})"
     if "No matching distribution" in output or "Could not find a version" in output:
         return f"no sdist of {name}=={version} on the package index ({detail})"
     return f"pip download of {name}=={version} failed: {detail}"

@@ -13,7 +13,11 @@ import git
 import pytest
 
 from conftest import REPO_ROOT, commit_all, copy_fixture, make_git_repo
-from miner.sources import FetchError, fetch, parse_repos, parse_source, tree_hash, unpack_archive
+import subprocess
+import sys
+
+from miner.sources import (FetchError, _pip_reason, fetch, index_sdist, parse_repos, parse_source, tree_hash,
+                           unpack_archive)
 
 
 def write_repos(tmp_path: Path, text: str) -> Path:
@@ -335,6 +339,37 @@ def test_fetch_pypi_sdist(tmp_path: Path) -> None:
     assert project.commit == hashlib.sha256(sdist.read_bytes()).hexdigest()
     again = fetch_line("pypi:iniconfig==2.3.1", cache)  # from the cache, no second download
     assert (again.commit, again.path) == (project.commit, project.path)
+
+
+def test_fetch_pypi_takes_the_index_file_without_building_it(tmp_path: Path) -> None:
+    """The sdist comes straight from the index's JSON API: its sha256 is the index's, and an sdist
+    whose build dependencies pip could not install here (filelock 4.3.2's build needs
+    python-sbom, which this machine's indexes lack) is fetched all the same; `pip download` built
+    its metadata first and reported "no sdist"."""
+    listed = index_sdist("iniconfig", "2.3.1")
+    assert listed and listed["filename"] == "iniconfig-2.3.1.tar.gz"
+    project = fetch_line("pypi:iniconfig==2.3.1", tmp_path / "cache")
+    assert project.commit == listed["digests"]["sha256"]
+    assert index_sdist("iniconfig", "99.0.0") is None
+    filelock = fetch_line("pypi:filelock==4.3.2", tmp_path / "cache")
+    assert (filelock.path / "pyproject.toml").is_file()
+
+
+def test_pip_reason_names_build_dependencies(tmp_path: Path) -> None:
+    """pip's own output for an sdist whose build backend cannot be installed is not "no sdist"."""
+    root = tmp_path / "needs-missing-backend-1.0"
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[build-system]\nrequires = ["no-such-backend-for-miner-tests>=1"]\n'
+                                         'build-backend = "no_such_backend"\n')
+    archive = tmp_path / "needs-missing-backend-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root, arcname=root.name)
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "out"),
+                           str(archive)], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    reason = _pip_reason("needs-missing-backend", "1.0", done.stdout + done.stderr)
+    assert reason.startswith("the build dependencies of needs-missing-backend==1.0's sdist cannot be installed")
+    assert "no-such-backend-for-miner-tests" in reason
 
 
 def test_fetch_pypi_missing_version(tmp_path: Path) -> None:
