@@ -28,7 +28,7 @@ from miner.models import (
     TestResult,
 )
 from miner.projectfiles import is_protected, project_files, test_file_of
-from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox
+from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox, word_chunks
 from miner.testing import pytest_command, run_suite_then
 from miner.timing import Clock, timed
 
@@ -183,13 +183,12 @@ def hash_tree(sandbox: Sandbox, roots: list[str], paths: list[str] | None = None
     `exclude` are paths (shell patterns) never entered.
     Uses coreutils, not the venv's interpreter, so it works however broken the environment is.
     """
-    if paths is not None:
-        if not paths:
-            return {}
-        listing = " ".join(shlex.quote(p) for p in paths)
-        command = f"sha256sum -- {listing} 2>/dev/null; true"
-    else:
-        command = f"{_find(roots, exclude)} -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true"
+    if paths is not None:  # named in as many commands as Linux's limit on one argument needs
+        hashes: dict[str, str] = {}
+        for chunk in word_chunks([shlex.quote(p) for p in paths]):
+            hashes.update(_hashes(sandbox.run(f"sha256sum -- {' '.join(chunk)} 2>/dev/null; true", timeout=300).output))
+        return hashes
+    command = f"{_find(roots, exclude)} -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true"
     return _hashes(sandbox.run(command, timeout=300).output)
 
 

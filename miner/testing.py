@@ -24,7 +24,7 @@ import uuid
 import xml.etree.ElementTree as ET
 
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, Outcome, Project, RunResult, SuiteRun, TestResult
-from miner.sandbox.base import Sandbox
+from miner.sandbox.base import COMMAND_BUDGET, Sandbox
 
 REPORT_DIR = f"{SANDBOX_ROOT}/.miner"
 DEFAULT_COMMAND = "python -m pytest"
@@ -38,9 +38,7 @@ TAIL_CHARS = 4000
 NOT_FOUND = re.compile(r"^ERROR: (?:not found:|found no collectors for) (\S.*?)\s*$", re.MULTILINE)
 RETRIES = 3
 REPORT_BEGIN, REPORT_END = "::miner-junit-begin::", "::miner-junit-end::"
-# Bytes of test ids named in one command: the whole script is one argument to the sandbox's shell,
-# and Linux refuses a single argument over 128 kB (a parametrized suite's ids pass that easily).
-IDS_BUDGET = 64_000
+IDS_BUDGET = COMMAND_BUDGET  # bytes of test ids named in one command (a parametrized suite's ids pass it easily)
 THEN_BEGIN = "::miner-then-begin::"
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
 import pytest
 
+from miner.healthy import hash_tree
 from miner.models import Project, Source
 from miner.sandbox.base import BuildSpec, Healthy, Limits
 from miner.sandbox.local import LocalBackend
@@ -148,6 +150,18 @@ def test_more_ids_than_one_command_can_name(healthy: tuple[LocalBackend, Healthy
     assert asked.outcomes()[many[7]] == "failed" and asked.outcomes()[many[8]] == "passed"
     assert not set(rest.outcomes()) & set(many[:2500])
     assert set(many[2500:]) <= set(rest.outcomes()) and rest.outcomes()["tests/test_a.py::test_pass"] == "passed"
+
+
+def test_hashes_of_more_files_than_one_command_can_name(healthy: tuple[LocalBackend, Healthy]) -> None:
+    """Named files whose paths pass Linux's 128 kB limit on one argument (pygments' test tree:
+    "Argument list too long") are hashed in several commands, every one of them."""
+    backend, env = healthy
+    names = [f"tests/data/{'d' * 80}-{i}.txt" for i in range(2000)]  # ~200 kB of paths
+    with backend.fork(env) as box:
+        box.run("mkdir -p tests/data && cd tests/data && for i in $(seq 0 1999); do echo $i > " + "d" * 80 + "-$i.txt; done")
+        hashes = hash_tree(box, [], paths=[f"/sandbox/project/{n}" for n in names] + ["/sandbox/project/gone"])
+    assert len(hashes) == 2000 and "/sandbox/project/gone" not in hashes
+    assert hashes[f"/sandbox/project/{names[7]}"] == hashlib.sha256(b"7\n").hexdigest()
 
 
 def test_timeout_gives_no_results(healthy: tuple[LocalBackend, Healthy]) -> None:

@@ -15,6 +15,7 @@ plus $MINER_SITE_PACKAGES. Break and fix scripts are written against these varia
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,27 @@ def miner_env(site_packages: str = "") -> dict[str, str]:
     if site_packages:
         env["MINER_SITE_PACKAGES"] = site_packages
     return env
+
+
+# Bytes of names (test ids, paths) one command may carry: a sandbox runs its command as one
+# argument of a shell, and Linux refuses a single argument over 128 kB.
+COMMAND_BUDGET = 64_000
+
+
+def word_chunks(words: list[str], budget: int = COMMAND_BUDGET,
+                size: Callable[[str], int] = len) -> Iterator[list[str]]:
+    """The words in order, cut into runs whose space-joined size (each word's `size`, as it will be
+    written in the command) stays within budget; a longer word alone in its run."""
+    chunk: list[str] = []
+    total = 0
+    for word in words:
+        if chunk and total + size(word) + 1 > budget:
+            yield chunk
+            chunk, total = [], 0
+        chunk.append(word)
+        total += size(word) + 1
+    if chunk:
+        yield chunk
 
 
 class SandboxError(Exception):

@@ -27,7 +27,7 @@ from importlib import resources
 from typing import Any
 
 from miner.models import SANDBOX_ROOT
-from miner.sandbox.base import Sandbox, SandboxError
+from miner.sandbox.base import Sandbox, SandboxError, word_chunks
 from miner.sandbox.docker.container import DockerSandbox
 
 SCRATCH = f"{SANDBOX_ROOT}/.miner"
@@ -73,7 +73,10 @@ def system_inventory(sandbox: Sandbox) -> dict[str, Any]:
 
 def file_owners(sandbox: Sandbox, paths: list[str]) -> dict[str, dict[str, Any]]:
     """{path: {debian: {package, version} | None, python: {dist, version, installer, python, pip} | None}}."""
-    return _run_inventory(sandbox, ["--owners", *paths]) if paths else {}
+    found: dict[str, dict[str, Any]] = {}
+    for chunk in word_chunks(paths, size=lambda p: len(shlex.quote(p))):  # a large service imports thousands
+        found.update(_run_inventory(sandbox, ["--owners", *chunk]))
+    return found
 
 
 def _sh(sandbox: Sandbox, command: str, timeout: float = 60) -> str:
