@@ -587,7 +587,7 @@ def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, r
 @click.option("--compound", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
               help="Also stack K validated inversions of each project into compound tasks (0: none).")
 @click.option("--compound-budget", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Compound candidates tried per project.")
+              help="Compound candidates tried per project (those stored by an earlier crawl count).")
 @click.pass_context
 def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo: int | None,
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
@@ -646,7 +646,7 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
               help="Validated inversions stacked into each compound task.")
 @click.option("--repo", metavar="R", help="Only the projects whose repo is R, or contains it.")
 @click.option("--budget", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Compound candidates tried per project.")
+              help="Compound candidates tried per project (those already stored count: raise it to try more).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Order of the combinations.")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per test-suite run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-project figures as JSON.")

@@ -150,39 +150,44 @@ def judge(ctx: Context, inversion: Inversion, parts: list[Task], catalogue: dict
     return candidate
 
 
-def build_compounds(ctx: Context, project: Project, store: Store, graph: nx.DiGraph | None,
-                    catalogue: dict[str, InversionType], options: CompoundOptions,
-                    say: Callable[[str], None] | None = None) -> CompoundReport:
-    """Try up to options.budget compounds of options.k stored tasks of the project; store the valid ones."""
+Record = Callable[[Candidate, "Task | None", dict[str, str]], None]  # a judged compound, its task and files
+
+
+def build_compounds(ctx: Context, project: Project, stored: list[Task], graph: nx.DiGraph | None,
+                    catalogue: dict[str, InversionType], options: CompoundOptions, known: Callable[[str], bool],
+                    record: Record, say: Callable[[str], None] | None = None) -> CompoundReport:
+    """Try up to options.budget compounds of options.k of the project's stored tasks, in the seeded
+    order of `combinations`, those the store holds already (`known`) counted but not judged again;
+    each judged compound goes to `record`, with its task when valid."""
     say = say or (lambda text: None)
     report = CompoundReport(repo=project.repo)
-    stored = [t for t in store.list_tasks(repo=project.repo) if t.repo == project.repo and t.commit == project.commit]
-    tasks = eligible(stored, catalogue, ctx.backend.name)
+    mine = [t for t in stored if t.repo == project.repo and t.commit == project.commit]
+    tasks = eligible(mine, catalogue, ctx.backend.name)
     if len(tasks) < options.k:
         say(f"compound: {len(tasks)} stored task(s) can be parts, {options.k} are needed")
         return report
     for parts in combinations(tasks, options.k, graph, options.seed):
-        if report.tried >= options.budget:
+        if report.tried + report.resumed >= options.budget:  # as for single candidates: a rerun adds nothing
             break
         inversion = compound_inversion(parts, catalogue)
-        cid = inversion.id_for(project)
-        if store.has_candidate(cid):
+        if known(inversion.id_for(project)):
             report.resumed += 1
             continue
         say(f"compound {report.tried + 1}/{options.budget}: " + " + ".join(f"{p.type_id} on {p.target.name}"
                                                                       for p in parts))
         candidate = judge(ctx, inversion, parts, catalogue)
         report.tried += 1
+        task, files = None, {}
         if candidate.status == "validated":
             task = make_compound_task(project, ctx.state, candidate, [part_of(p, catalogue) for p in parts],
                                       ctx.backend.name, graph)
-            store.add_task(task, task_files(task, ctx.state, candidate))
+            files = task_files(task, ctx.state, candidate)
             symptom = (task.family, frozenset(task.f2p))
             ctx.symptoms[symptom] = ctx.symptoms.get(symptom, 0) + 1
             report.validated += 1
         else:
             report.refused[candidate.rule or "?"] = report.refused.get(candidate.rule or "?", 0) + 1
-        store.record_candidate(project.key, candidate)
+        record(candidate, task, files)
         say(f"compound: {candidate.status}" + (f" ({candidate.rule})" if candidate.rule else ""))
     return report
 
@@ -199,7 +204,8 @@ def compound_stored(store: Store, options: CompoundOptions, repo: str | None = N
                     catalogue: dict[str, InversionType] | None = None,
                     say: Callable[[str, str], None] | None = None, timeout: float = 600.0) -> list[CompoundReport]:
     """`miner compound`: compounds built from the tasks already stored, project by project (each
-    prepared again at its commit, its healthy state reused from the store)."""
+    prepared again at its commit, its healthy state reused from the store). A crawl with
+    --compound builds them in a unit of each project instead (miner.mine)."""
     from miner.catalogue import load_catalogue
     from miner.graph import build_graph
     from miner.healthy import RAW_KINDS
@@ -224,6 +230,13 @@ def compound_stored(store: Store, options: CompoundOptions, repo: str | None = N
         ctx = Context(backend, prepared.env, state, healthy_manifest(backend, prepared.env), timeout=timeout,
                       extra=extra, symptoms=store.symptoms(prepared.project.repo, prepared.project.commit))
         graph = build_graph(prepared.project, state)
-        reports.append(build_compounds(ctx, prepared.project, store, graph, catalogue, options,
-                                       say=lambda text: say(name, text)))
+        project = prepared.project
+
+        def record(candidate: Candidate, task: Task | None, files: dict[str, str]) -> None:
+            if task is not None:
+                store.add_task(task, files)
+            store.record_candidate(project.key, candidate)
+
+        reports.append(build_compounds(ctx, project, store.list_tasks(repo=project.repo), graph, catalogue, options,
+                                       known=store.has_candidate, record=record, say=lambda text: say(name, text)))
     return reports

@@ -3,7 +3,8 @@
 A unit is a project (fetch, build, healthy state, graph, choice of candidates, then the
 candidates) or, when a project has more candidates to try than `CrawlOptions.batch_size`, one
 batch of its candidates (the project unit then only prepares and chooses, and hands the batches
-back). Whatever runs a unit (a thread of this process, a Ray worker on another machine) gives it
+back), or, with `CrawlOptions.compound`, the compound tasks stacked from a project's stored tasks
+once its candidates are all recorded (a batch with `compounds` set: miner.compound). Whatever runs a unit (a thread of this process, a Ray worker on another machine) gives it
 what the store knows that it needs (`Knowledge`: verdicts of candidates already tried, the
 stored tasks' symptoms, recorded healthy states) and gets back events (`Event`: the project
 seen, a healthy state measured, a candidate judged with its task and task folder, model calls)
@@ -36,6 +37,7 @@ from pydantic import BaseModel, Field
 from miner import graph as graphs
 from miner.disk import GB, LowDisk, check_free_space
 from miner.gc import USE_LOCK, trim_cache, trim_due
+from miner.compound import CompoundOptions, build_compounds
 from miner.healthy import RAW_KINDS, SkipProject
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
 from miner.inverters.procedural import ProceduralInverter
@@ -165,6 +167,7 @@ class Batch(BaseModel):
     commit: str
     inversions: list[Inversion]
     budget: int  # candidates to try out of `inversions` (the rest are the adaptive pool)
+    compounds: int = 0  # K > 0: no candidates, but up to `budget` compounds of K stored tasks
 
 
 @dataclass
@@ -181,7 +184,9 @@ class Unit:
 
     @property
     def label(self) -> str:
-        return self.source.name if self.batch is None else f"{self.source.name} [{self.batch.number}/{self.batch.of}]"
+        if self.batch is None:
+            return self.source.name
+        return f"{self.source.name} [{'compounds' if self.batch.compounds else f'{self.batch.number}/{self.batch.of}'}]"
 
     @property
     def backend(self) -> str:
@@ -340,14 +345,17 @@ def _mine_project(unit: Unit, prepared: Prepared, root: Path, emit: Emit, report
     report.suite_seconds = state.suite_seconds
     emit(Event(kind="project", project_key=project.key, repo=project.repo, commit=project.commit,
                source=unit.source, healthy=state))
-    say("choosing inversion points" if unit.batch is None else f"batch {unit.batch.number}/{unit.batch.of}")
+    batch = unit.batch
+    say("choosing inversion points" if batch is None else
+        f"stacking {batch.compounds} validated inversions into compound tasks" if batch.compounds else
+        f"batch {batch.number}/{batch.of}")
     test_files = {f for f in map(test_file_of, state.outcomes) if f}
     extra_targets = targets_beneath(state.system, project.path, test_files) if options.system else []
     with clock.phase("graph"):
         graph = graphs.build_graph(project, state)
     procedural = options.inverter != "agent"
-    if unit.batch is not None:
-        candidates, total = list(unit.batch.inversions), unit.batch.budget
+    if batch is not None:
+        candidates, total = list(batch.inversions), batch.budget
     else:
         with clock.phase("choose"):
             candidates = choose_candidates(project, state, unit.types, options, graph, extra_targets) \
@@ -366,6 +374,9 @@ def _mine_project(unit: Unit, prepared: Prepared, root: Path, emit: Emit, report
                   symptoms=unit.knowledge.symptoms_of(project.commit), per_symptom=options.per_symptom,
                   overlap=spare_core(options))
     mining = _Mining(unit, project, ctx, graph, root, emit, report, say)
+    if batch is not None and batch.compounds:
+        _stack_compounds(mining, batch)
+        return []
     _judge_all(mining, candidates, total)
     if unit.batch is None and options.inverter in ("agent", "both") and options.agent is not None:
         _mine_with_agent(mining, extra_targets)
@@ -399,6 +410,26 @@ def _judge_all(mining: _Mining, candidates: list[Inversion], total: int) -> None
         name = f"candidate {number}/{total} {inversion.type_id} on {inversion.target.name}"
         mining.say(name)
         mining.say(f"{name}: {_result(_try(mining, inversion, by_id[inversion.type_id]))}")
+
+
+def _stack_compounds(mining: _Mining, batch: Batch) -> None:
+    """A compound unit: up to batch.budget compounds of batch.compounds of the project's stored
+    tasks (Knowledge.tasks), each judged compound emitted like a candidate."""
+    project, report = mining.project, mining.report
+
+    def record(candidate: Candidate, task: Task | None, files: dict[str, str]) -> None:
+        report.suite_runs += candidate.suite_runs
+        mining.unit.knowledge.verdicts[candidate.id] = Verdict(status=candidate.status, rule=candidate.rule,
+                                                               detail=candidate.detail, f2p=candidate.f2p)
+        mining.emit(Event(kind="candidate", project_key=project.key, repo=project.repo, commit=project.commit,
+                          candidate=candidate, task=task, files=files))
+
+    found = build_compounds(mining.ctx, project, mining.unit.knowledge.tasks, mining.graph,
+                            {t.id: t for t in mining.unit.types},
+                            CompoundOptions(k=batch.compounds, budget=batch.budget, seed=mining.unit.options.seed),
+                            known=lambda cid: cid in mining.unit.knowledge.verdicts, record=record, say=mining.say)
+    report.compound_tried, report.compound_validated = found.tried, found.validated
+    report.resumed += found.resumed
 
 
 def _mine_with_agent(mining: _Mining, extra_targets: list[Target]) -> None:

@@ -12,7 +12,9 @@ A project that fails to fetch, build or test is skipped with its reason recorded
 Batches of one project are recorded in their order, whatever order they finish in: a task whose
 symptom (family and F2P set) an earlier batch already stored is refused as `duplicate-symptom`
 there, and tasks beyond --max-tasks-per-repo are dropped unstored, so the result does not
-depend on the executor or on timing.
+depend on the executor or on timing. With --compound K, a project whose candidates are all
+recorded gets one more unit, run by the executor like the others: the compound tasks stacked from
+its stored tasks (miner.compound), recorded as its last batch.
 """
 
 from __future__ import annotations
@@ -24,13 +26,12 @@ from pathlib import Path
 from typing import Callable
 
 from miner.catalogue import load_catalogue, select_types
-from miner.compound import CompoundOptions, compound_stored
 from miner.disk import GB
 from miner.gc import trim_cache
 from miner.executors import get_executor
-from miner.mine import (CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict, backend_for,
-                        choose_candidates)
-from miner.models import InversionType, Source, content_id
+from miner.mine import (Batch, CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict,
+                        backend_for, choose_candidates)
+from miner.models import Source, content_id
 from miner.sandbox import docker_available
 from miner.sources import parse_repos, repo_name
 from miner.store import Store
@@ -82,11 +83,12 @@ class Recorder:
                                       report.status, report.reason, seconds=report.seconds, timings=report.timings)
 
 
-def knowledge(store: Store, source: Source, options: CrawlOptions) -> Knowledge:
-    """What a unit of this source needs from the store (its repository's verdicts, symptoms, states)."""
+def knowledge(store: Store, source: Source, options: CrawlOptions, with_tasks: bool = False) -> Knowledge:
+    """What a unit of this source needs from the store (its repository's verdicts, symptoms, states,
+    and its tasks for the agent's goals or `with_tasks`)."""
     repo = repo_name(source)
     tasks = []
-    if options.inverter != "procedural":
+    if options.inverter != "procedural" or with_tasks:
         tasks = [task for task in store.list_tasks(repo=repo) if task.repo == repo]
     return Knowledge(verdicts={cid: Verdict(**v) for cid, v in store.verdicts(repo).items()},
                      symptoms=store.task_symptoms(repo), states=store.recorded_states(repo), tasks=tasks)
@@ -101,6 +103,7 @@ class _Project:
     waiting: dict[int, UnitResult] = field(default_factory=dict)  # batch number -> result
     next_batch: int = 1
     batches: int = 0
+    compounding: bool = False  # its compound unit was handed out (the last batch)
 
 
 class _Driver:
@@ -124,20 +127,37 @@ class _Driver:
         project = self.projects[unit.index]
         if unit.batch is not None:
             project.waiting[unit.batch.number] = result
-            self._record_batches(project)
-            return []
+            return self._record_batches(project)
         for event in result.events:
             self.recorder.record(event)
         project.report = result.report
-        if not result.batches or result.report.status != "mined":
+        if result.report.status != "mined":
             self._close(project)
             return []
+        if not result.batches:
+            return self._after_candidates(project)
         project.batches = len(result.batches)
         fresh = knowledge(self.store, unit.source, self.options)  # what the project unit recorded included
         return [replace(unit, knowledge=fresh.model_copy(deep=True), batch=batch) for batch in result.batches]
 
-    def _record_batches(self, project: _Project) -> None:
-        """Record the batches that are next in order; close the project after its last."""
+    def _after_candidates(self, project: _Project) -> list[Unit]:
+        """Once a project's candidates are recorded: its compound unit (--compound K, K of its stored
+        tasks at this commit) as one more batch, or its close."""
+        report, k = project.report, self.options.compound
+        assert report is not None
+        if k > 1 and not project.compounding and report.status == "mined" and not self.stopped:
+            fresh = knowledge(self.store, project.unit.source, self.options, with_tasks=True)
+            if sum(t.commit == report.commit for t in fresh.tasks) >= k:
+                project.compounding = True
+                project.batches += 1
+                batch = Batch(number=project.batches, of=project.batches, commit=report.commit, inversions=[],
+                              budget=self.options.compound_budget, compounds=k)
+                return [replace(project.unit, knowledge=fresh, batch=batch)]
+        self._close(project)
+        return []
+
+    def _record_batches(self, project: _Project) -> list[Unit]:
+        """Record the batches that are next in order; after the last, what comes next."""
         report = project.report
         assert report is not None
         while project.next_batch in project.waiting:
@@ -145,10 +165,12 @@ class _Driver:
             project.next_batch += 1
             kept = 0
             for event in result.events:
-                kept += self._record_batch_event(report.validated + kept, result.report, event)
+                kept += self._record_batch_event(report.validated + report.compound_validated + kept,
+                                                 result.report, event)
             _add_up(report, result.report)
         if project.next_batch > project.batches:
-            self._close(project)
+            return self._after_candidates(project)
+        return []
 
     def _record_batch_event(self, stored: int, batch: ProjectReport, event: Event) -> int:
         """Record one event of a batch, `stored` tasks of the project being stored already; 1 when
@@ -159,6 +181,7 @@ class _Driver:
             self.recorder.record(event)
             return 0
         limit = self.options.max_tasks_per_repo
+        compound = candidate.inversion.family == "compound"
         refused = limit is not None and stored >= limit
         if not refused and self.store.symptoms(event.repo, event.commit).get(
                 (task.family, frozenset(task.f2p)), 0) >= self.options.per_symptom:
@@ -167,9 +190,12 @@ class _Driver:
                                 f"these {len(task.f2p)} tests")
             self.recorder.record(event.model_copy(update={"task": None, "files": {}}))
             refused = True
-        if refused:
+        if refused and compound:
+            batch.compound_validated -= 1
+        elif refused:
             batch.validated -= 1
             batch.by_type[candidate.inversion.type_id][1] -= 1
+        if refused:
             return 0
         self.recorder.record(event)
         return 1
@@ -195,6 +221,8 @@ def _add_up(report: ProjectReport, batch: ProjectReport) -> None:
     report.tried += batch.tried
     report.validated += batch.validated
     report.resumed += batch.resumed
+    report.compound_tried += batch.compound_tried
+    report.compound_validated += batch.compound_validated
     report.suite_runs += batch.suite_runs
     report.tokens += batch.tokens
     for type_id, (tried, validated) in batch.by_type.items():
@@ -224,25 +252,9 @@ def crawl(repos: Path, store: Store, options: CrawlOptions, on_phase: Phase | No
     root = str(options.cache_dir) if options.cache_dir is not None else str(store.root)
     units = driver.units(sources, types, root)
     get_executor(options).run(units, recorder.record, driver.finish, phase)
-    if options.compound > 1:
-        _compounds(store, driver.reports(), {s.raw: s.name for s in sources}, {t.id: t for t in types}, options,
-                   phase)
     if options.cache_dir is not None and options.cache_limit_gb is not None:  # this node's cache, whenever trimmed last
         trim_cache(options.cache_dir, int(options.cache_limit_gb * GB))
     return CrawlReport(driver.reports(), [str(e) for e in errors], time.monotonic() - start)
-
-
-def _compounds(store: Store, reports: list[ProjectReport], names: dict[str, str],
-               catalogue: dict[str, InversionType], options: CrawlOptions, phase: Phase) -> None:
-    """Compound tasks of each mined project, stacked from its stored tasks once all its units are
-    recorded. This runs here, in the driver (it reads the project's tasks and writes new ones)."""
-    for report in (r for r in reports if r.status == "mined" and r.validated > 1):
-        phase(names.get(report.source, report.repo), f"stacking {options.compound} validated inversions into compound tasks")
-        found = compound_stored(store, CompoundOptions(k=options.compound, budget=options.compound_budget,
-                                                       seed=options.seed), repo=report.repo, catalogue=catalogue,
-                                say=phase, timeout=options.timeout)
-        report.compound_tried = sum(f.tried for f in found)
-        report.compound_validated = sum(f.validated for f in found)
 
 
 def mine_source(source: Source, root: Path, backend: object, types: list, options: CrawlOptions,

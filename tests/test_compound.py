@@ -187,6 +187,34 @@ def test_compound_command_builds_from_stored_tasks(compound_store: Path) -> None
 
 
 @pytest.mark.slow
+def test_a_rerun_crawl_adds_no_compound_and_a_larger_budget_stacks_more(compound_store: Path) -> None:
+    """The compounds are one more unit of the project, run after its candidates are recorded, also
+    when they were all recorded by an earlier crawl; compounds already stored count against the
+    budget as single candidates do, so the same crawl again tries none and a budget larger by one
+    tries one more."""
+    repos = write_repos(compound_store.parent / "again.txt", [f"{FIXTURES / 'stocksync'} {CA_OVERRIDE}"])
+    args = ["crawl", "--repos", repos, "--types", PART_TYPES, "--budget", "6", "--compound", "2"]
+
+    def figures() -> tuple[int, int, int]:
+        done = run_miner(compound_store, "stats", "--json")
+        assert done.returncode == 0, done.stderr
+        numbers = json.loads(done.stdout)
+        compounds = numbers["by_type"].get("compound/2", {})
+        return numbers["tried"], compounds.get("tried", 0), numbers["tasks"]
+
+    tried, compounds, tasks = figures()
+    assert compounds == 2
+    again = run_miner(compound_store, *args, "--compound-budget", "2")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert figures() == (tried, compounds, tasks)
+    more = run_miner(compound_store, *args, "--compound-budget", "3")
+    assert more.returncode == 0, more.stdout[-2000:] + more.stderr[-2000:]
+    now = figures()
+    assert now[:2] == (tried + 1, compounds + 1)
+    assert now[2] - tasks in (0, 1)
+
+
+@pytest.mark.slow
 def test_overlapping_parts_are_refused(compound_store: Path) -> None:
     """Two deleted files of python-dateutil: either part's fix reinstalls the whole distribution, so
     with one part fixed the other's symptom is gone too (and the graph puts them on one branch)."""

@@ -4,7 +4,7 @@ The same sources, seed and options crawled by the local executor and by Ray give
 and candidates; a crawl whose second node is killed while it mines a project still gives them,
 each once (the dead node's unit is retried on the head; nothing of it had been recorded). The
 crawls use --batch-size 2 with --budget 3, so each project is a unit that prepares and chooses,
-then two batches of candidates, units of their own.
+then two batches of candidates, units of their own, and with --compound 2 a unit of compounds.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from miner.store import Store
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 PROJECTS = ("textkit", "weather-report")
-OPTIONS = ("--budget", "3", "--seed", "0", "--batch-size", "2")
+OPTIONS = ("--budget", "3", "--seed", "0", "--batch-size", "2", "--compound", "2", "--compound-budget", "1")
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,7 @@ def test_ray_mines_the_same_tasks_as_the_local_executor(cluster, shared: tuple[P
     assert done.returncode == 0, output[-4000:]
     assert {row["status"] for row in summary_rows(done.stdout).values()} == {"mined"}
     assert "2 batches of up to 2" in output  # every project was split, and its batches were units
+    assert "stacking 2 validated inversions into compound tasks" in output  # a project's compound unit
     assert f"[{cluster.node_id}]" in output, "no unit ran on the second node"
     local_tasks, local_candidates, _ = outcome(local_store)
     tasks, candidates, folders = outcome(tmp_path / "store")

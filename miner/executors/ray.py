@@ -1,4 +1,4 @@
-"""The Ray executor: every unit of work (a project, or a batch of its candidates) is a Ray task.
+"""The Ray executor: every unit of work (a project, a batch of its candidates, its compounds) is a Ray task.
 
     miner crawl --executor ray                      # a local Ray instance of --jobs CPUs
     miner crawl --executor ray --address HOST:6379  # an existing cluster (or "auto")
