@@ -1,7 +1,8 @@
 """Benchmark: where a candidate's time goes, and wall time per validated task as a multiple of suite time.
 
 Usage:
-    python bench/overhead.py [--repos repos.txt] [--budget N] [--jobs N] [--store DIR] [--cache-dir DIR] [--json]
+    python bench/overhead.py [--repos repos.txt] [--budget N] [--compound K --compound-budget N] [--jobs N]
+                             [--store DIR] [--cache-dir DIR] [--json]
     python bench/overhead.py --executor ray --two-nodes   # on a two-node Ray cluster started here
     python bench/overhead.py --store DIR --report-only      # the figures of a store crawled before
 
@@ -165,6 +166,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repos", type=Path, default=Path("repos.txt"))
     parser.add_argument("--budget", type=int, default=None)
+    parser.add_argument("--compound", type=int, default=0, help="crawl --compound K")
+    parser.add_argument("--compound-budget", type=int, default=5, help="crawl --compound-budget N")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--backend", default="local")
@@ -183,7 +186,8 @@ def main() -> None:
         wall = cpu = None
         if not args.report_only:
             options = CrawlOptions(budget=args.budget, seed=args.seed, jobs=args.jobs, backend=args.backend,
-                                   executor=args.executor, address=args.address,
+                                   executor=args.executor, address=args.address, compound=args.compound,
+                                   compound_budget=args.compound_budget,
                                    cache_dir=args.cache_dir.resolve() if args.cache_dir else None)
             start, meter = time.monotonic(), CpuMeter()
             with cluster(args) as address:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from miner.catalogue import load_catalogue, select_types
+from miner.compound import eligible
 from miner.disk import GB
 from miner.gc import trim_cache
 from miner.executors import get_executor
@@ -147,7 +148,9 @@ class _Driver:
         assert report is not None
         if k > 1 and not project.compounding and report.status == "mined" and not self.stopped:
             fresh = knowledge(self.store, project.unit.source, self.options, with_tasks=True)
-            if sum(t.commit == report.commit for t in fresh.tasks) >= k:
+            parts = eligible([t for t in fresh.tasks if t.commit == report.commit],
+                             {t.id: t for t in project.unit.types}, self.options.backend)
+            if len(parts) >= k:
                 project.compounding = True
                 project.batches += 1
                 batch = Batch(number=project.batches, of=project.batches, commit=report.commit, inversions=[],
