@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.markers import InvalidMarker, Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
-from miner.models import Project
+from miner.models import VENV_DIR, Project
 from miner.sandbox.base import BuildError, BuildSpec, Limits
 
+LOCK_CONSTRAINTS = f"{VENV_DIR}/miner-lock-constraints.txt"  # the lock's pins, written by the install script
 TEST_EXTRAS = ("test", "tests", "testing", "dev")
 TEST_GROUPS = ("test", "tests", "dev")
 # Factors of a tox environment name that still mean "the test suite" (others name a variant, a
@@ -226,6 +228,34 @@ def group_requirements(root: Path) -> list[str]:
             requirements += dependency_group(groups, name)
     requirements += poetry_test_requirements(pyproject)
     return list(dict.fromkeys(requirements))
+
+
+def _marker_holds(text: str, environment: dict[str, str]) -> bool:
+    try:
+        return Marker(text).evaluate(environment)
+    except (InvalidMarker, ValueError):
+        return False
+
+
+def locked_versions(root: Path, version: str) -> dict[str, str]:
+    """name -> version the project's uv.lock pins for Python `version` ("3.11"): packages from the
+    index only (not the project itself, nor a path, git or URL source); a name locked at several
+    versions is pinned where the lock's resolution markers choose one for this Python."""
+    packages = read_toml(root / "uv.lock").get("package", [])
+    environment: dict[str, str] = dict(default_environment())  # type: ignore[arg-type]
+    if not environment["python_full_version"].startswith(f"{version}."):
+        environment.update(python_version=version, python_full_version=f"{version}.0")
+    found: dict[str, set[str]] = {}
+    for package in packages if isinstance(packages, list) else []:
+        if not isinstance(package, dict) or not isinstance(package.get("source"), dict):
+            continue
+        if "registry" not in package["source"] or not package.get("name") or not package.get("version"):
+            continue
+        markers = package.get("resolution-markers") or []
+        if markers and not any(_marker_holds(str(m), environment) for m in markers):
+            continue
+        found.setdefault(normalize(str(package["name"])), set()).add(str(package["version"]))
+    return {name: versions.pop() for name, versions in sorted(found.items()) if len(versions) == 1}
 
 
 def requirement_files(root: Path) -> list[str]:
@@ -464,51 +494,66 @@ def resolve_python(version: str | None, backend: str = "local") -> str:
 # -- the install script ---------------------------------------------------------------------
 
 
-def _pip(args: list[str]) -> str:
-    return "python -m pip install --progress-bar off " + " ".join(shlex.quote(a) for a in args)
+def _pip(args: list[str], locked: bool = False) -> str:
+    """A pip install; `locked`: with the lock's constraints first, then without them."""
+    plain = "python -m pip install --progress-bar off " + " ".join(shlex.quote(a) for a in args)
+    return f"{plain} -c {LOCK_CONSTRAINTS} || {plain}" if locked else plain
 
 
-def _project_lines(root: Path, extras: list[str]) -> list[str]:
+def _project_lines(root: Path, extras: list[str], locked: bool = False) -> list[str]:
     if not is_installable(root):
         if (root / "requirements.txt").is_file():
-            return ["# not a distribution: install its requirements", _pip(["-r", "requirements.txt"]) + " || exit 1"]
+            return ["# not a distribution: install its requirements",
+                    f"{_group(_pip(['-r', 'requirements.txt'], locked))} || exit 1"]
         return ["# not a distribution and no requirements.txt: nothing to install for the project itself"]
     attempts = []
     if extras:
         suffix = "[" + ",".join(extras) + "]"
         attempts += [["-e", f".{suffix}"], [f".{suffix}"]]
     attempts += [["-e", "."], ["."]]
-    chain = " || ".join(_pip(a) for a in attempts)
+    chain = " || ".join(_pip(a, locked) for a in attempts)
     return ["# the project itself: editable with its test extras if possible", f"{chain} || exit 1"]
 
 
 def _optional_lines(label: str, commands: list[str]) -> list[str]:
     """Lines that warn instead of failing: the healthy suite shows whether they mattered."""
-    return [f"{c} || echo {shlex.quote(f'miner: warning: {label} failed: {c}')} >&2" for c in commands]
+    return [f"{_group(c)} || echo {shlex.quote(f'miner: warning: {label} failed: {c}')} >&2" for c in commands]
+
+
+def _group(command: str) -> str:
+    """A command with its own fallbacks as one, for a `||` after it."""
+    return f"{{ {command}; }}" if " || " in command else command
+
+
+def _lock_lines(pins: dict[str, str]) -> list[str]:
+    body = "\n".join(f"{name}=={version}" for name, version in pins.items())
+    return [f"# the versions uv.lock pins for this Python ({len(pins)}), constraints of every install",
+            f"cat > {LOCK_CONSTRAINTS} <<'MINER_LOCK'\n{body}\nMINER_LOCK"]
 
 
 def install_script(project: Project, extras: list[str], extra_args: list[str],
-                   tox: ToxEnvironments | None = None) -> str:
+                   tox: ToxEnvironments | None = None, pins: dict[str, str] | None = None) -> str:
     root = project.path
     tox = tox or ToxEnvironments()
-    lines = ["set -u", *_project_lines(root, extras)]
+    locked = bool(pins)
+    lines = ["set -u", *(_lock_lines(pins) if pins else []), *_project_lines(root, extras, locked)]
     files = requirement_files(root)
     if files:
-        lines += ["# test requirements files", *_optional_lines("requirements", [_pip(["-r", f]) for f in files])]
+        lines += ["# test requirements files", *_optional_lines("requirements", [_pip(["-r", f], locked) for f in files])]
     groups = group_requirements(root)
     if groups:
-        lines += ["# test dependency groups", *_optional_lines("dependency group", [_pip(groups)])]
+        lines += ["# test dependency groups", *_optional_lines("dependency group", [_pip(groups, locked)])]
     if tox.deps:
         lines += [f"# deps of the tox environments {', '.join(tox.names)}",
-                  *_optional_lines("tox deps", [_pip(tox.deps)])]
+                  *_optional_lines("tox deps", [_pip(tox.deps, locked)])]
     elif tox.error:
         lines += [f"# tox environments not read: {' '.join(tox.error.split())[:200]}"]
     if extra_args:
         lines += ["# install= override", _pip(extra_args) + " || exit 1"]
     plugins = needed_plugins(root)
-    lines += ["# pytest and the plugins its configuration names", _pip(["pytest"]) + " || exit 1"]
+    lines += ["# pytest and the plugins its configuration names", f"{_group(_pip(['pytest'], locked))} || exit 1"]
     if plugins:
-        lines += _optional_lines("pytest plugin", [_pip([p]) for p in plugins])
+        lines += _optional_lines("pytest plugin", [_pip([p], locked) for p in plugins])
     return "\n".join(lines) + "\n"
 
 
@@ -536,15 +581,20 @@ def chosen_tox(project: Project) -> ToxEnvironments:
     chosen = [e.strip() for e in override.split(",") if e.strip()] if override is not None else None
     if chosen == []:
         return ToxEnvironments()
-    version = project.source.overrides.get("python") or f"{sys.version_info.major}.{sys.version_info.minor}"
-    return tox_environments(project.path, version, chosen)
+    return tox_environments(project.path, build_python_version(project), chosen)
+
+
+def build_python_version(project: Project) -> str:
+    """The build interpreter's "major.minor": the `python=` override, else this one's."""
+    return project.source.overrides.get("python") or f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def build_spec(project: Project, limits: Limits | None = None, *, backend: str = "local") -> BuildSpec:
     """How to build `project`: interpreter, install script, environment, limits."""
     overrides = project.source.overrides
     tox = chosen_tox(project)
-    script = install_script(project, chosen_extras(project, tox.extras), shlex.split(overrides.get("install", "")), tox)
+    script = install_script(project, chosen_extras(project, tox.extras), shlex.split(overrides.get("install", "")), tox,
+                            locked_versions(project.path, build_python_version(project)))
     return BuildSpec(
         python=resolve_python(overrides.get("python"), backend),
         install_script=script,

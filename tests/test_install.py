@@ -17,6 +17,7 @@ from miner.install import (
     group_requirements,
     install_script,
     is_test_environment,
+    locked_versions,
     needed_plugins,
     requirement_files,
     resolve_python,
@@ -307,6 +308,85 @@ def test_build_with_the_deps_of_its_tox_environment(tmp_path: Path) -> None:
         },
     )
     assert build_and_test(proj, tmp_path / "work") == {"tests/test_toxy.py::test_parse": "passed"}
+
+
+UV_LOCK = """
+version = 1
+revision = 3
+requires-python = ">=3.9"
+resolution-markers = [
+    "python_full_version >= '3.10'",
+    "python_full_version < '3.10'",
+]
+
+[[package]]
+name = "locked"
+version = "0.1"
+source = { editable = "." }
+
+[[package]]
+name = "six"
+version = "1.16.0"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "iniconfig"
+version = "1.1.1"
+source = { registry = "https://pypi.org/simple" }
+resolution-markers = ["python_full_version < '3.10'"]
+
+[[package]]
+name = "iniconfig"
+version = "2.0.0"
+source = { registry = "https://pypi.org/simple" }
+resolution-markers = ["python_full_version >= '3.10'"]
+
+[[package]]
+name = "Typing_Extensions"
+version = "4.12.2"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "from-git"
+version = "1.0"
+source = { git = "https://example.org/from-git.git" }
+"""
+
+
+def test_locked_versions_of_a_uv_lock(tmp_path: Path) -> None:
+    """Index packages only; a name locked twice pinned where its resolution markers hold."""
+    (tmp_path / "uv.lock").write_text(UV_LOCK)
+    assert locked_versions(tmp_path, "3.11") == {"iniconfig": "2.0.0", "six": "1.16.0", "typing-extensions": "4.12.2"}
+    assert locked_versions(tmp_path, "3.9")["iniconfig"] == "1.1.1"
+    assert locked_versions(tmp_path / "nowhere", "3.11") == {}
+
+
+@pytest.mark.slow  # a real build from the package index
+def test_build_against_the_versions_its_uv_lock_pins(tmp_path: Path) -> None:
+    """The newest six is 1.17.0; the test group asks for any six, the lock pins 1.16.0, and the
+    test needs it."""
+    proj = project(
+        tmp_path / "src",
+        {
+            "pyproject.toml": """
+            [build-system]
+            requires = ["flit_core>=3.4"]
+            build-backend = "flit_core.buildapi"
+
+            [project]
+            name = "locked"
+            version = "0.1"
+            description = "x"
+
+            [dependency-groups]
+            tests = ["six", "pytest"]
+            """,
+            "locked/__init__.py": '"""x"""\n',
+            "uv.lock": UV_LOCK,
+            "tests/test_l.py": "import six\n\ndef test_locked_six():\n    assert six.__version__ == '1.16.0'\n",
+        },
+    )
+    assert build_and_test(proj, tmp_path / "work") == {"tests/test_l.py::test_locked_six": "passed"}
 
 
 @pytest.mark.slow  # a real build from the package index
