@@ -4,7 +4,8 @@
 Usage: python bench/problems.py --store mined [--before OTHER_STORE] [--json]
 
 Per project: tasks and distinct F2P sets (single tasks; compounds counted apart), with the same
-figures of a `--before` store next to them; per category of the catalogue: candidates tried,
+figures of a `--before` store next to them, and the distinct F2P sets of all its tasks, compounds
+included (the distinct problems); per category of the catalogue: candidates tried,
 validated, yield; compound tasks: candidates tried, validated, refused by rule, parts per task.
 """
 
@@ -26,17 +27,22 @@ def category_of(type_id: str, catalogue: dict) -> str:
 
 
 def per_project(store: Store) -> dict[str, dict[str, int]]:
+    """Per project: single tasks, their distinct F2P sets, compound tasks, and the distinct F2P sets
+    of all its tasks (a compound whose union equals a stored single's set adds no problem there)."""
     sets: dict[str, set[frozenset[str]]] = defaultdict(set)
+    every: dict[str, set[frozenset[str]]] = defaultdict(set)
     counts: Counter[str] = Counter()
     compounds: Counter[str] = Counter()
     for task in store.list_tasks():
         name = task.source.name
+        every[name].add(frozenset(task.f2p))
         if task.parts:
             compounds[name] += 1
             continue
         counts[name] += 1
         sets[name].add(frozenset(task.f2p))
-    return {name: {"tasks": counts[name], "distinct_f2p": len(sets[name]), "compounds": compounds[name]}
+    return {name: {"tasks": counts[name], "distinct_f2p": len(sets[name]), "compounds": compounds[name],
+                   "distinct_problems": len(every[name])}
             for name in sorted(set(counts) | set(compounds))}
 
 
@@ -68,12 +74,13 @@ def figures(store: Store, before: Store | None = None) -> dict:
 def print_markdown(fig: dict) -> None:
     print(f"tasks {fig['tasks']} ({fig['single']} single, {fig['compounds']} compound)\n")
     before = fig["before"] or {}
-    print("| project | tasks before | distinct F2P sets before | tasks after | distinct F2P sets after | compounds |")
-    print("|---|---|---|---|---|---|")
+    print("| project | tasks before | distinct F2P sets before | tasks after | distinct F2P sets after | compounds "
+          "| distinct F2P sets of all tasks |")
+    print("|---|---|---|---|---|---|---|")
     for name in sorted(set(fig["per_project"]) | set(before)):
         was, now = before.get(name, {}), fig["per_project"].get(name, {})
         print(f"| {name} | {was.get('tasks', '-')} | {was.get('distinct_f2p', '-')} | {now.get('tasks', 0)} | "
-              f"{now.get('distinct_f2p', 0)} | {now.get('compounds', 0)} |")
+              f"{now.get('distinct_f2p', 0)} | {now.get('compounds', 0)} | {now.get('distinct_problems', 0)} |")
     print("\n| category | tried | validated | yield |\n|---|---|---|---|")
     for category, row in fig["by_category"].items():
         print(f"| {category} | {row['tried']} | {row['validated']} | {row['yield']:.0%} |")
