@@ -310,8 +310,10 @@ def _reason(exc: Exception) -> str:
     kind = {FetchError: "fetch failed", PinError: "fetch failed", BuildError: "build failed"}.get(type(exc), "")
     text = str(exc).strip()
     log = getattr(exc, "log", "")
-    if log:
-        text += " | " + " / ".join(log.strip().splitlines()[-3:])
+    if log:  # pip's own ERROR lines say why; its closing notes do not
+        lines = [line.strip() for line in log.strip().splitlines()]
+        errors = [line for line in lines if line.startswith("ERROR:")]
+        text += " | " + " / ".join(errors[-2:] if errors else lines[-3:])
     return f"{kind}: {text}" if kind else text
 
 

@@ -320,7 +320,8 @@ class Store:
         timings: dict[str, float] | None = None,
     ) -> None:
         """Insert or update a project row. 'running' stamps `started`; the others `finished`.
-        `timings` (phase -> seconds) is kept when given, else left as it was."""
+        `timings` (phase -> seconds) is kept when given, else left as it was. A row with a commit
+        replaces the row of the same source that an unfetched skip left (its key is another)."""
         if status not in PROJECT_STATUSES:
             raise ValueError(f"project status must be one of {PROJECT_STATUSES}, not {status!r}")
         now = _now()
@@ -344,6 +345,9 @@ class Store:
                 (key, repo, commit, source_raw, origin, status, reason, healthy_json, now,
                  finished, seconds, timings_json),
             )
+            if commit:  # the source fetched: a skip recorded when an earlier crawl could not fetch it is over
+                conn.execute("""DELETE FROM projects WHERE source_raw = ? AND "commit" = '' AND key != ?""",
+                             (source_raw, key))
 
     def project_status(self, key: str) -> str | None:
         """'mined', 'skipped', 'running', or None for a project never seen."""

@@ -445,3 +445,21 @@ def test_build_fails_when_the_project_cannot_install(tmp_path: Path) -> None:
     with pytest.raises(BuildError) as caught:
         LocalBackend().build(proj, build_spec(proj, Limits(timeout=300)), tmp_path / "work")
     assert "cannot build here" in caught.value.log
+
+
+@pytest.mark.slow  # a real build from the package index
+def test_a_build_failure_is_reported_by_pips_error_lines(tmp_path: Path) -> None:
+    """The skip reason quotes what pip said went wrong, not its closing notes (filelock 4.3.2's
+    build backend needs a package this machine's indexes lack)."""
+    from miner.mine import _reason
+
+    proj = project(tmp_path / "src", {"pyproject.toml": """
+        [build-system]
+        requires = ["no-such-backend-for-miner-tests>=1"]
+        build-backend = "no_such_backend"
+        """})
+    with pytest.raises(BuildError) as caught:
+        LocalBackend().build(proj, build_spec(proj, Limits(timeout=300)), tmp_path / "work")
+    reason = _reason(caught.value)
+    assert reason.startswith("build failed: build step 'install' exited 1")
+    assert "ERROR:" in reason and "no-such-backend-for-miner-tests" in reason

@@ -14,7 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import FIXTURES, MINED_OPTIONS, miner_command, miner_env, run_miner, summary_rows, write_repos
+from conftest import (FIXTURES, MINED_OPTIONS, copy_fixture, make_git_repo, miner_command, miner_env, run_miner,
+                      summary_rows, write_repos)
 
 from miner.store import Store
 
@@ -99,3 +100,23 @@ def test_a_killed_crawl_resumes_to_the_uninterrupted_result(mined_store: Path, t
     assert (row["tried"], row["validated"]) == ("0", "0")
     assert int(row["resumed"]) == counts["tried"]
     assert stats(store) == counts
+
+
+def test_a_source_that_fetches_later_replaces_its_skip(tmp_path: Path) -> None:
+    """A git repository missing at the first crawl is skipped with its reason; once it is there,
+    the next crawl mines it, and the store holds one row for the source, not the old skip beside it."""
+    folder = tmp_path / "later"
+    repos = write_repos(tmp_path / "repos.txt", [f"file://{folder}"])
+    store = tmp_path / "store"
+    first = run_miner(store, "crawl", "--repos", repos, "--budget", "1", "--types", "env/pythonhome")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    with Store(store) as opened:
+        [row] = opened.projects()
+    assert row["status"] == "skipped" and "fetch failed" in row["reason"]
+    make_git_repo(copy_fixture("textkit", folder))
+    again = run_miner(store, "crawl", "--repos", repos, "--budget", "1", "--types", "env/pythonhome")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    with Store(store) as opened:
+        [row] = opened.projects()
+        assert row["status"] == "mined" and row["commit"]
+        assert opened.stats()["projects"] == 1
