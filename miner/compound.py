@@ -101,7 +101,8 @@ def eligible(tasks: list[Task], catalogue: dict[str, InversionType], backend: st
 
 
 def combinations(tasks: list[Task], k: int, graph: nx.DiGraph | None, seed: int) -> list[list[Task]]:
-    """Combinations of k tasks that pairwise stand apart: seeded order, most families first."""
+    """Combinations of k tasks that pairwise stand apart: seeded order, most families first, parts
+    spread (the least used parts first)."""
     pool = sorted(tasks, key=lambda t: t.id)
     rng = random.Random(seed)
     rng.shuffle(pool)
@@ -110,8 +111,25 @@ def combinations(tasks: list[Task], k: int, graph: nx.DiGraph | None, seed: int)
     found = [list(c) for c in itertools.combinations(pool, k)
              if all(apart[(a.id, b.id)] for a, b in itertools.combinations(c, 2))]
     ties = {tuple(t.id for t in c): rng.random() for c in found}
-    return sorted(found, key=lambda c: (-len({t.family for t in c}), -len({t.category for t in c}),
-                                        ties[tuple(t.id for t in c)]))
+    ranked = sorted(found, key=lambda c: (-len({t.family for t in c}), -len({t.category for t in c}),
+                                          ties[tuple(t.id for t in c)]))
+    return _spread(ranked)
+
+
+def _spread(ranked: list[list[Task]]) -> list[list[Task]]:
+    """The combinations reordered so that each next one uses the parts used least so far (then in
+    their rank): otherwise one task that stands apart from all the others (a setting) is a part of
+    every compound of a small budget, and the compounds are all alike."""
+    used: dict[str, int] = {}
+    rest, out = list(ranked), []
+    while rest:
+        best = min(range(len(rest)), key=lambda i: (max(used.get(t.id, 0) for t in rest[i]),
+                                                    sum(used.get(t.id, 0) for t in rest[i]), i))
+        chosen = rest.pop(best)
+        out.append(chosen)
+        for t in chosen:
+            used[t.id] = used.get(t.id, 0) + 1
+    return out
 
 
 def unneeded_part(ctx: Context, inversion: Inversion, parts: list[Task],

@@ -103,6 +103,22 @@ def test_combinations_are_pairwise_apart_and_seeded() -> None:
     assert all(len({t.family for t in c}) == 2 for c in pairs[:4])  # other families first
 
 
+def test_combinations_spread_their_parts() -> None:
+    """A setting stands apart from three state tasks of one family: ranked by families alone, the
+    first three compounds would all be the setting plus one of them."""
+    pid = Target(kind="state", name="pidfile:var/a.pid", path="var/a.pid", attrs={"role": "pidfile"})
+    cache = Target(kind="state", name="cache:var/cache", path="var/cache", attrs={"role": "cache"})
+    lock2 = Target(kind="state", name="lock:var/b.lock", path="var/b.lock", attrs={"role": "lock"})
+    tasks = [task("w", "env/tz-elsewhere", TZ, ["t::w"]), task("l", "state/stale-lock", LOCK, ["t::l"]),
+             task("p", "state/stale-pidfile", pid, ["t::p"]), task("c", "state/cache-unwritable", cache, ["t::c"]),
+             task("m", "state/stale-lock", lock2, ["t::m"])]
+    for seed in range(5):
+        order = [{t.id for t in c} for c in combinations(tasks, 2, None, seed)]
+        assert len(order) == 10 and "w" in order[0]  # the most families first
+        assert not order[0] & order[1]  # then parts not used yet
+        assert max(sum(t in c for c in order[:5]) for t in "wlpcm") == 2
+
+
 def test_only_single_procedural_partial_tasks_are_parts() -> None:
     ok = task("a", "state/stale-lock", LOCK, ["t::a"])
     whole = task("b", "env/pythonhome", TZ, ["t::a", "t::ok"], whole_suite=True)
