@@ -27,7 +27,7 @@ from conftest import LOCAL_FAMILIES, run_miner
 from miner.check import Checker, read_config, read_file
 from miner.cli import main
 from miner.export import ExportOptions, export_tasks, select_tasks
-from miner.export.archive import project_tarball
+from miner.export.archive import FIXED_MTIME, project_tarball
 from miner.evidence import needs_network
 from miner.export.common import ExportError, TaskSource, compose_override, constraints, network_route, pytest_args
 from miner.export.harbor import task_config
@@ -92,7 +92,26 @@ def test_project_tarball_is_deterministic_and_keeps_modes(tmp_path: Path) -> Non
     assert "project/__pycache__/junk.pyc" not in members
     assert members["project/run.sh"].mode & 0o111
     assert members["project/link"].issym() and members["project/link"].linkname == "run.sh"
-    assert {m.uid for m in members.values()} == {0} and {m.mtime for m in members.values()} == {0}
+    assert {m.uid for m in members.values()} == {0} and {m.mtime for m in members.values()} == {FIXED_MTIME}
+
+
+@pytest.mark.slow  # a real wheel build, flit_core from the package index
+def test_a_flit_project_builds_from_its_exported_tarball(tmp_path: Path) -> None:
+    """The image build unpacks the tarball with its mtimes; flit_core zips files with them and
+    refused mtime 0 ("ZIP does not support timestamps before 1980": every itsdangerous task)."""
+    root = tmp_path / "flitty"
+    (root / "flitty").mkdir(parents=True)
+    (root / "flitty" / "__init__.py").write_text('"""A flit project."""\n__version__ = "0.1"\n')
+    (root / "pyproject.toml").write_text('[build-system]\nrequires = ["flit_core>=3.4"]\n'
+                                         'build-backend = "flit_core.buildapi"\n\n[project]\nname = "flitty"\n'
+                                         'dynamic = ["version", "description"]\n')
+    (tmp_path / "p.tar.gz").write_bytes(project_tarball(root))
+    with tarfile.open(tmp_path / "p.tar.gz") as tar:
+        tar.extractall(tmp_path / "unpacked", filter="tar")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "wheels"),
+                           str(tmp_path / "unpacked" / "project")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert list((tmp_path / "wheels").glob("flitty-0.1-*.whl"))
 
 
 def test_pytest_args_of_test_commands() -> None:

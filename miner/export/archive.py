@@ -2,8 +2,8 @@
 
     data = project_tarball(root)          # .tar.gz with a top folder "project/", byte-stable
 
-Sorted entries, mtime 0, root-owned, modes kept, VCS data and caches left out: exporting twice
-gives the same bytes.
+Sorted entries, one fixed mtime, root-owned, modes kept, VCS data and caches left out: exporting
+twice gives the same bytes.
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".nox", ".hg", ".svn"}
+# 1980-01-02 00:00 UTC, not 0: a build backend that zips the files with their own mtimes (flit_core,
+# itsdangerous's and Flask's) refuses a date before 1980 ("ZIP does not support timestamps before
+# 1980"), and a day's margin keeps it 1980 in every time zone.
+FIXED_MTIME = 315_619_200
 
 
 def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
-    info.mtime = 0
+    info.mtime = FIXED_MTIME
     return info
 
 
@@ -35,7 +39,7 @@ def walk(root: Path) -> Iterable[Path]:
 
 
 def project_tarball(root: Path, prefix: str = "project", include: Callable[[str], bool] | None = None) -> bytes:
-    """A deterministic .tar.gz of the project folder (sorted, mtime 0, root-owned, modes kept);
+    """A deterministic .tar.gz of the project folder (sorted, FIXED_MTIME, root-owned, modes kept);
     `include` filters by project-relative path."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
