@@ -525,6 +525,17 @@ def _group(command: str) -> str:
     return f"{{ {command}; }}" if " || " in command else command
 
 
+def _optional_each(label: str, args: list[str], locked: bool = False) -> list[str]:
+    """One install of every requirement, or, when it fails, one install each: a docs tool that
+    cannot install here must not take the test tools of the same group with it."""
+    whole = _pip(args, locked)
+    if len(args) < 2:
+        return _optional_lines(label, [whole])
+    warn = shlex.quote(f"miner: warning: {label} failed as a whole: installing its requirements one at a time")
+    each = "; ".join(_optional_lines(label, [_pip([a], locked) for a in args]))
+    return [f"{_group(whole)} || {{ echo {warn} >&2; {each}; }}"]
+
+
 def _lock_lines(pins: dict[str, str]) -> list[str]:
     body = "\n".join(f"{name}=={version}" for name, version in pins.items())
     return [f"# the versions uv.lock pins for this Python ({len(pins)}), constraints of every install",
@@ -542,10 +553,10 @@ def install_script(project: Project, extras: list[str], extra_args: list[str],
         lines += ["# test requirements files", *_optional_lines("requirements", [_pip(["-r", f], locked) for f in files])]
     groups = group_requirements(root)
     if groups:
-        lines += ["# test dependency groups", *_optional_lines("dependency group", [_pip(groups, locked)])]
+        lines += ["# test dependency groups", *_optional_each("dependency group", groups, locked)]
     if tox.deps:
         lines += [f"# deps of the tox environments {', '.join(tox.names)}",
-                  *_optional_lines("tox deps", [_pip(tox.deps, locked)])]
+                  *_optional_each("tox deps", tox.deps, locked)]
     elif tox.error:
         lines += [f"# tox environments not read: {' '.join(tox.error.split())[:200]}"]
     if extra_args:

@@ -390,6 +390,33 @@ def test_build_against_the_versions_its_uv_lock_pins(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a real build from the package index
+def test_a_group_requirement_that_cannot_install_leaves_the_others(tmp_path: Path) -> None:
+    """python-json-logger's dev group names docs tools beside its test tools; in its image one of
+    them could not be resolved, and the group's single install left freezegun out too."""
+    proj = project(
+        tmp_path / "src",
+        {
+            "pyproject.toml": """
+            [build-system]
+            requires = ["flit_core>=3.4"]
+            build-backend = "flit_core.buildapi"
+
+            [project]
+            name = "grouped"
+            version = "0.1"
+            description = "x"
+
+            [dependency-groups]
+            dev = ["no-such-package-for-miner-tests", "six"]
+            """,
+            "grouped/__init__.py": '"""x"""\n',
+            "tests/test_g.py": "import six\n\ndef test_six():\n    assert six.PY3\n",
+        },
+    )
+    assert build_and_test(proj, tmp_path / "work") == {"tests/test_g.py::test_six": "passed"}
+
+
+@pytest.mark.slow  # a real build from the package index
 def test_build_poetry_core_and_hatch(tmp_path: Path) -> None:
     poetry = project(
         tmp_path / "poetry",
