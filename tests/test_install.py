@@ -310,6 +310,12 @@ def test_build_with_the_deps_of_its_tox_environment(tmp_path: Path) -> None:
     assert build_and_test(proj, tmp_path / "work") == {"tests/test_toxy.py::test_parse": "passed"}
 
 
+def flit_pyproject(name: str, tail: str = "") -> str:
+    """A flit_core pyproject.toml of a small project, `tail` (more TOML) after its [project] table."""
+    return ('[build-system]\nrequires = ["flit_core>=3.4"]\nbuild-backend = "flit_core.buildapi"\n\n'
+            f'[project]\nname = "{name}"\nversion = "0.1"\ndescription = "x"\n\n{tail}')
+
+
 UV_LOCK = """
 version = 1
 revision = 3
@@ -368,19 +374,7 @@ def test_build_against_the_versions_its_uv_lock_pins(tmp_path: Path) -> None:
     proj = project(
         tmp_path / "src",
         {
-            "pyproject.toml": """
-            [build-system]
-            requires = ["flit_core>=3.4"]
-            build-backend = "flit_core.buildapi"
-
-            [project]
-            name = "locked"
-            version = "0.1"
-            description = "x"
-
-            [dependency-groups]
-            tests = ["six", "pytest"]
-            """,
+            "pyproject.toml": flit_pyproject("locked", '[dependency-groups]\ntests = ["six", "pytest"]\n'),
             "locked/__init__.py": '"""x"""\n',
             "uv.lock": UV_LOCK,
             "tests/test_l.py": "import six\n\ndef test_locked_six():\n    assert six.__version__ == '1.16.0'\n",
@@ -396,19 +390,8 @@ def test_a_group_requirement_that_cannot_install_leaves_the_others(tmp_path: Pat
     proj = project(
         tmp_path / "src",
         {
-            "pyproject.toml": """
-            [build-system]
-            requires = ["flit_core>=3.4"]
-            build-backend = "flit_core.buildapi"
-
-            [project]
-            name = "grouped"
-            version = "0.1"
-            description = "x"
-
-            [dependency-groups]
-            dev = ["no-such-package-for-miner-tests", "six"]
-            """,
+            "pyproject.toml": flit_pyproject("grouped",
+                                             '[dependency-groups]\ndev = ["no-such-package-for-miner-tests", "six"]\n'),
             "grouped/__init__.py": '"""x"""\n',
             "tests/test_g.py": "import six\n\ndef test_six():\n    assert six.PY3\n",
         },
