@@ -520,6 +520,9 @@ class IndexUnreachable(FetchError):
     """The index's JSON API did not answer (other than "no such project")."""
 
 
+_UNREACHABLE: set[str] = set()  # JSON APIs that did not answer this process (index_sdist asks them no more)
+
+
 def index_json(name: str, index: str = PYPI_URL) -> dict[str, Any] | None:
     """The index's JSON description of a project (None when the project does not exist)."""
     url = f"{index.rstrip('/')}/{urllib.parse.quote(name)}/json"
@@ -542,10 +545,14 @@ def index_json(name: str, index: str = PYPI_URL) -> dict[str, Any] | None:
 
 def index_sdist(name: str, version: str, index: str = PYPI_URL) -> dict[str, Any] | None:
     """The index's sdist file entry (url, digests, ...) of exactly this release, a .tar.gz first;
-    None when the index does not list one (or does not answer)."""
+    None when the index does not list one, or does not answer (then it is not asked again by this
+    process: behind a mirror without pypi.org, each ask could wait HTTP_TIMEOUT)."""
+    if index in _UNREACHABLE:
+        return None
     try:
         data = index_json(name, index)
     except IndexUnreachable:
+        _UNREACHABLE.add(index)
         return None
     releases = (data or {}).get("releases") or {}
     files = next((f for text, f in releases.items() if _same_version(text, version)), [])

@@ -355,6 +355,32 @@ def test_fetch_pypi_takes_the_index_file_without_building_it(tmp_path: Path) -> 
     assert (filelock.path / "pyproject.toml").is_file()
 
 
+def test_an_index_that_does_not_answer_is_asked_once() -> None:
+    """A JSON API answering 500 (or not at all) leaves the fetch to pip, and is not asked again."""
+    import http.server
+    import threading
+
+    asked = []
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            asked.append(self.path)
+            self.send_error(500)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        index = f"http://127.0.0.1:{server.server_port}/pypi"
+        assert index_sdist("iniconfig", "2.3.1", index) is None
+        assert index_sdist("six", "1.17.0", index) is None
+    finally:
+        server.shutdown()
+    assert asked == ["/pypi/iniconfig/json"]
+
+
 def test_pip_reason_names_build_dependencies(tmp_path: Path) -> None:
     """pip's own output for an sdist whose build backend cannot be installed is not "no sdist"."""
     root = tmp_path / "needs-missing-backend-1.0"
