@@ -494,6 +494,12 @@ def resolve_python(version: str | None, backend: str = "local") -> str:
 # -- the install script ---------------------------------------------------------------------
 
 
+def pip_errors(output: str) -> list[str]:
+    """pip's own ERROR lines in its output (those of a build subprocess included), in order: what
+    went wrong, where its closing notes only say that something did."""
+    return [line.strip() for line in output.splitlines() if line.strip().startswith("ERROR:")]
+
+
 def _pip(args: list[str], locked: bool = False) -> str:
     """A pip install; `locked`: with the lock's constraints first, then without them."""
     plain = "python -m pip install --progress-bar off " + " ".join(shlex.quote(a) for a in args)

@@ -4,9 +4,10 @@ A unit is a project (fetch, build, healthy state, graph, choice of candidates, t
 candidates) or, when a project has more candidates to try than `CrawlOptions.batch_size`, one
 batch of its candidates (the project unit then only prepares and chooses, and hands the batches
 back), or, with `CrawlOptions.compound`, the compound tasks stacked from a project's stored tasks
-once its candidates are all recorded (a batch with `compounds` set: miner.compound). Whatever runs a unit (a thread of this process, a Ray worker on another machine) gives it
-what the store knows that it needs (`Knowledge`: verdicts of candidates already tried, the
-stored tasks' symptoms, recorded healthy states) and gets back events (`Event`: the project
+once its candidates are all recorded (a batch with `compounds` set: miner.compound). Whatever runs
+a unit (a thread of this process, a Ray worker on another machine) gives it what the store knows
+that it needs (`Knowledge`: verdicts of candidates already tried, the stored tasks' symptoms,
+recorded healthy states) and gets back events (`Event`: the project
 seen, a healthy state measured, a candidate judged with its task and task folder, model calls)
 that the driver alone records, in order (miner.pipeline).
 
@@ -35,10 +36,11 @@ import networkx as nx
 from pydantic import BaseModel, Field
 
 from miner import graph as graphs
+from miner.compound import CompoundOptions, build_compounds
 from miner.disk import GB, LowDisk, check_free_space
 from miner.gc import USE_LOCK, trim_cache, trim_due
-from miner.compound import CompoundOptions, build_compounds
 from miner.healthy import RAW_KINDS, SkipProject
+from miner.install import pip_errors
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
 from miner.inverters.procedural import ProceduralInverter
 from miner.inverters.system import targets_beneath
@@ -310,10 +312,9 @@ def _reason(exc: Exception) -> str:
     kind = {FetchError: "fetch failed", PinError: "fetch failed", BuildError: "build failed"}.get(type(exc), "")
     text = str(exc).strip()
     log = getattr(exc, "log", "")
-    if log:  # pip's own ERROR lines say why; its closing notes do not
-        lines = [line.strip() for line in log.strip().splitlines()]
-        errors = [line for line in lines if line.startswith("ERROR:")]
-        text += " | " + " / ".join(errors[-2:] if errors else lines[-3:])
+    if log:
+        errors = pip_errors(log)
+        text += " | " + " / ".join(errors[-2:] if errors else [line.strip() for line in log.strip().splitlines()[-3:]])
     return f"{kind}: {text}" if kind else text
 
 
@@ -329,6 +330,13 @@ class _Mining:
     emit: Emit
     report: ProjectReport
     say: Say
+
+    def settle(self, candidate: Candidate, task: Task | None, files: dict[str, str]) -> None:
+        """A judged candidate: its verdict known to this unit, the candidate (with its task) emitted."""
+        self.unit.knowledge.verdicts[candidate.id] = Verdict(status=candidate.status, rule=candidate.rule,
+                                                             detail=candidate.detail, f2p=candidate.f2p)
+        self.emit(Event(kind="candidate", project_key=self.project.key, repo=self.project.repo,
+                        commit=self.project.commit, candidate=candidate, task=task, files=files))
 
     def rule_of(self, inversion: Inversion) -> str | None:
         verdict = self.unit.knowledge.verdicts.get(inversion.id_for(self.project))
@@ -421,10 +429,7 @@ def _stack_compounds(mining: _Mining, batch: Batch) -> None:
 
     def record(candidate: Candidate, task: Task | None, files: dict[str, str]) -> None:
         report.suite_runs += candidate.suite_runs
-        mining.unit.knowledge.verdicts[candidate.id] = Verdict(status=candidate.status, rule=candidate.rule,
-                                                               detail=candidate.detail, f2p=candidate.f2p)
-        mining.emit(Event(kind="candidate", project_key=project.key, repo=project.repo, commit=project.commit,
-                          candidate=candidate, task=task, files=files))
+        mining.settle(candidate, task, files)
 
     found = build_compounds(mining.ctx, project, mining.unit.knowledge.tasks, mining.graph,
                             {t.id: t for t in mining.unit.types},
@@ -554,11 +559,8 @@ def _try(mining: _Mining, inversion: Inversion, itype: InversionType, model: str
         ctx.symptoms[symptom] = ctx.symptoms.get(symptom, 0) + 1
         report.validated += 1
         counts[1] += 1
-    mining.unit.knowledge.verdicts[cid] = Verdict(status=candidate.status, rule=candidate.rule,
-                                                  detail=candidate.detail, f2p=candidate.f2p)
     candidate.timings["task"] = round(time.monotonic() - start, 3)  # making the task; the driver times its writing
-    mining.emit(Event(kind="candidate", project_key=project.key, repo=project.repo, commit=project.commit,
-                      candidate=candidate, task=task, files=files))
+    mining.settle(candidate, task, files)
     return candidate
 
 

@@ -41,6 +41,7 @@ import git
 from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from miner.install import pip_errors
 from miner.models import Project, Source, SourceError
 from miner.projectfiles import skipped_dir
 
@@ -634,7 +635,7 @@ def _download_url(url: str, sha256: str | None, entry: Path) -> Path:
 
 
 def _pip_reason(name: str, version: str, output: str) -> str:
-    errors = [ln.strip() for ln in output.splitlines() if ln.strip().startswith("ERROR:")]
+    errors = pip_errors(output)
     detail = errors[0] if errors else (output.strip().splitlines() or ["no output"])[-1]
     if "to install build dependencies did not run successfully" in output:
         return f"the build dependencies of {name}=={version}'s sdist cannot be installed ({detail})"

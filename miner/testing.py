@@ -38,7 +38,6 @@ TAIL_CHARS = 4000
 NOT_FOUND = re.compile(r"^ERROR: (?:not found:|found no collectors for) (\S.*?)\s*$", re.MULTILINE)
 RETRIES = 3
 REPORT_BEGIN, REPORT_END = "::miner-junit-begin::", "::miner-junit-end::"
-IDS_BUDGET = COMMAND_BUDGET  # bytes of test ids named in one command (a parametrized suite's ids pass it easily)
 THEN_BEGIN = "::miner-then-begin::"
 
 
@@ -137,7 +136,7 @@ def _run_once(sandbox: Sandbox, command: str, tests: list[str] | None, timeout: 
 
 
 def _fits(ids: list[str]) -> bool:
-    return sum(len(shlex.quote(t)) + 1 for t in ids) <= IDS_BUDGET
+    return sum(len(shlex.quote(t)) + 1 for t in ids) <= COMMAND_BUDGET  # a parametrized suite's ids pass it easily
 
 
 def _nameable(tests: list[str] | None, deselect: list[str]) -> tuple[list[str] | None, list[str]]:
