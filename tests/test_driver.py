@@ -1,11 +1,15 @@
 """The crawl's driver (miner.pipeline) without a crawl: units' results fed to it in any order are
 recorded in the store in the projects' batch order, so that what is stored does not depend on
-the executor or on timing (duplicate-symptom and --max-tasks-per-repo across batches)."""
+the executor or on timing (duplicate-symptom and --max-tasks-per-repo across batches); and the
+order in which executors hand waiting units to workers (miner.executors.base.Waiting)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from dataclasses import replace
+
+from miner.executors.base import Waiting
 from miner.mine import Batch, CrawlOptions, Event, ProjectReport, UnitResult
 from miner.models import Candidate, Inversion, Source, Target, Task
 from miner.pipeline import Recorder, _Driver
@@ -79,3 +83,18 @@ def test_tasks_beyond_the_limit_are_not_stored(tmp_path: Path) -> None:
     store = drive(tmp_path, CrawlOptions(max_tasks_per_repo=2), batches, order=[2, 3, 1])
     assert {task.id for task in store.list_tasks()} == {"cand000000000001", "cand000000000002"}
     assert "cand000000000003" not in store.verdicts(REPO)  # not stored at all: a later crawl tries it again
+
+
+def test_a_begun_projects_batches_go_before_the_next_projects_unit(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    sources = [Source(raw=f"{REPO}{n}", kind="git", location=f"{REPO}{n}", origin=f"repos.txt:{n}") for n in (1, 2, 3)]
+    driver = _Driver(store, CrawlOptions(), Recorder(store), lambda name, text: None)
+    waiting = Waiting(driver.units(sources, [], str(tmp_path / "cache")))
+    first, second = waiting.pop(), waiting.pop()  # two workers
+    assert [(unit.index, unit.batch) for unit in (first, second)] == [(0, None), (1, None)]
+    for number in (2, 1):  # pushed in any order
+        waiting.push(replace(first, batch=Batch(number=number, of=2, commit=COMMIT, inversions=[], budget=1)))
+    waiting.push(replace(second, batch=Batch(number=1, of=1, commit=COMMIT, inversions=[], budget=1, compounds=2)))
+    order = [(unit.index, unit.batch.number if unit.batch else 0) for unit in (waiting.pop() for _ in range(4))]
+    assert order == [(0, 1), (0, 2), (1, 1), (2, 0)]
+    assert not waiting

@@ -48,7 +48,19 @@ def local_store(shared: tuple[Path, Path], tmp_path_factory: pytest.TempPathFact
     store = tmp_path_factory.mktemp("local") / "store"
     done = run_miner(store, "crawl", "--repos", repos, *OPTIONS, "--cache-dir", cache)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (store.parent / "crawl.out").write_text(done.stdout + done.stderr)
     return store
+
+
+def test_the_local_executor_ends_a_project_before_it_begins_the_next(local_store: Path) -> None:
+    """One worker (--jobs 1): the first project's batches and compound unit run before the second
+    project is prepared, so each project's wall time is its own."""
+    lines = (local_store.parent / "crawl.out").read_text().splitlines()
+    first, second = PROJECTS
+    units_of_first = [i for i, line in enumerate(lines) if f" {first} [" in line]
+    assert any("stacking 2 validated inversions" in lines[i] for i in units_of_first)  # its compound unit
+    [preparing_second] = [i for i, line in enumerate(lines) if f" {second} choosing inversion points" in line]
+    assert units_of_first and max(units_of_first) < preparing_second
 
 
 def outcome(store: Path) -> tuple[set[str], dict[str, tuple[str, str | None]], list[str]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from miner.executors.base import Finish, Say
+from miner.executors.base import Finish, Say, Waiting
 from miner.mine import Emit, Unit, UnitResult, mine_unit
 
 
@@ -19,19 +19,22 @@ class LocalExecutor:
     def run(self, units: list[Unit], record: Emit, finish: Finish, say: Say) -> None:
         with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="miner-unit") as pool:
             pending: dict[Future[UnitResult], Unit] = {}
+            waiting = Waiting(units)
 
-            def submit(unit: Unit) -> None:
-                emit = record if unit.batch is None else None
-                pending[pool.submit(mine_unit, unit, emit, lambda text: say(unit.label, text))] = unit
+            def start() -> None:
+                while waiting and len(pending) < self.jobs:
+                    unit = waiting.pop()
+                    emit = record if unit.batch is None else None
+                    pending[pool.submit(mine_unit, unit, emit, lambda text, u=unit: say(u.label, text))] = unit
 
-            for unit in units:
-                submit(unit)
+            start()
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in sorted(done, key=lambda f: _order(pending[f])):
                     unit = pending.pop(future)
                     for more in finish(unit, future.result()):
-                        submit(more)
+                        waiting.push(more)
+                start()
 
 
 def _order(unit: Unit) -> tuple[int, int]:

@@ -24,7 +24,7 @@ import queue as queues
 import time
 from typing import Any
 
-from miner.executors.base import ExecutorError, Finish, Say
+from miner.executors.base import ExecutorError, Finish, Say, Waiting
 from miner.mine import Emit, ProjectReport, Unit, UnitResult, mine_unit
 
 RETRIES = 3  # times Ray runs a unit again after its worker or node died
@@ -103,16 +103,20 @@ class RayExecutor:
         progress = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         remote = ray.remote(run_unit)
         pending: dict[Any, Unit] = {}
+        waiting = Waiting(units)
 
-        def submit(unit: Unit) -> None:
-            resources = {"docker": 1.0} if unit.backend == "docker" else {}
-            ref = remote.options(num_cpus=1, resources=resources, max_retries=RETRIES, retry_exceptions=False,
-                                 name=f"miner:{unit.label}").remote(unit, progress)
-            pending[ref] = unit
-            say(unit.label, "queued on the Ray cluster")
+        def start() -> None:
+            # as many units as the cluster has CPUs now (nodes join and leave), so that the next
+            # one is chosen here, in Waiting's order, not by Ray's queue
+            while waiting and len(pending) < max(1, int(ray.cluster_resources().get("CPU", 1))):
+                unit = waiting.pop()
+                resources = {"docker": 1.0} if unit.backend == "docker" else {}
+                ref = remote.options(num_cpus=1, resources=resources, max_retries=RETRIES, retry_exceptions=False,
+                                     name=f"miner:{unit.label}").remote(unit, progress)
+                pending[ref] = unit
+                say(unit.label, "queued on the Ray cluster")
 
-        for unit in units:
-            submit(unit)
+        start()
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
             _drain(progress, say)
@@ -123,7 +127,8 @@ class RayExecutor:
                     record(event)
                 result.events = []
                 for more in finish(unit, result):
-                    submit(more)
+                    waiting.push(more)
+            start()
         _drain(progress, say)
 
     @staticmethod
