@@ -659,33 +659,34 @@ def compound(ctx: click.Context, k: int, repo: str | None, budget: int, seed: in
     dependency graph; a compound is kept only when every part is necessary (fixing all the
     others still fails a test).
     """
-    from miner.compound import CompoundOptions, compound_stored
-    from miner.healthy import SkipProject
-    from miner.sandbox.base import SandboxError
-    from miner.sources import FetchError
+    from miner.pipeline import compound_stored
 
     console = make_console(stderr=as_json)
     with open_store(ctx) as store:
         if not store.list_tasks(repo=repo):
             check_repo(store, repo)
             raise click.ClickException("no stored task to build compounds from: run `miner crawl` first")
-        try:
-            reports = compound_stored(store, CompoundOptions(k=k, budget=budget, seed=seed), repo=repo,
-                                      say=lambda name, text: console.print(f"{escape(name)}: {escape(text)}"),
-                                      timeout=timeout)
-        except (FetchError, SandboxError, SkipProject) as exc:
-            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        reports = compound_stored(store, k, budget, seed=seed, repo=repo, timeout=timeout,
+                                  phase=lambda name, text: console.print(f"{escape(name)}: {escape(text)}"))
     rows = [{"repo": r.repo, "tried": r.tried, "validated": r.validated, "already_tried": r.resumed,
-             "refused": r.refused} for r in reports]
+             "refused": r.refused, "skipped": r.reason} for r in reports]
+    skipped = [r for r in reports if r.reason]
     if as_json:
         print_json(rows)
-        return
+    else:
+        _compound_table(console, k, rows)
+    if skipped:
+        raise click.ClickException("; ".join(f"{r.repo} skipped: {r.reason.splitlines()[0]}" for r in skipped))
+
+
+def _compound_table(console: Any, k: int, rows: list[dict[str, Any]]) -> None:
     table = Table(title=f"compound tasks of {k} parts")
     for column in ("repo", "tried", "validated", "already tried", "refused by rule"):
         table.add_column(column, overflow="fold")
     for row in rows:
+        refused = f"skipped: {row['skipped']}" if row["skipped"] else rules_text(row["refused"])
         table.add_row(escape(row["repo"]), str(row["tried"]), str(row["validated"]), str(row["already_tried"]),
-                      rules_text(row["refused"]))
+                      escape(refused))
     print_table(console, table)
 
 

@@ -1,6 +1,10 @@
 """Compound tasks: K validated inversions of one project stacked into one task, validated as a whole.
 
-    found = build_compounds(ctx, project, store, graph, catalogue, CompoundOptions(k=2, budget=5))
+    found = build_compounds(ctx, project, stored, graph, catalogue, CompoundOptions(k=2, budget=5), known, record)
+
+A crawl with --compound K builds them in one unit of each project (miner.mine), once its
+candidates are recorded; `miner compound` runs that unit for each project of the store
+(miner.pipeline.compound_stored).
 
 The parts come from the project's stored single tasks (same repo, commit and backend; neither a
 compound, nor a model's, nor a whole-suite task, nor one of a type the catalogue lacks). A
@@ -29,7 +33,6 @@ import networkx as nx
 from miner.evidence import needs_network
 from miner.graph import target_nodes
 from miner.models import Candidate, Evidence, Inversion, InversionType, Part, Project, Target, Task
-from miner.store import Store
 from miner.tasks import make_compound_task, task_files
 from miner.validate import Context, Rejected, Run, validate
 
@@ -50,6 +53,7 @@ class CompoundReport:
     validated: int = 0
     resumed: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # rule -> candidates
+    reason: str = ""  # why the project was skipped (it could not be prepared again)
 
 
 def compound_inversion(parts: list[Task], catalogue: dict[str, InversionType]) -> Inversion:
@@ -216,45 +220,3 @@ def part_of(task: Task, catalogue: dict[str, InversionType]) -> Part:
                 category=task.category or catalogue[task.type_id].category, target=task.target,
                 summary=task.summary, f2p=task.f2p, graph_depth=task.graph_depth,
                 difficulty_score=task.difficulty_score, evidence=task.evidence)
-
-
-def compound_stored(store: Store, options: CompoundOptions, repo: str | None = None,
-                    catalogue: dict[str, InversionType] | None = None,
-                    say: Callable[[str, str], None] | None = None, timeout: float = 600.0) -> list[CompoundReport]:
-    """`miner compound`: compounds built from the tasks already stored, project by project (each
-    prepared again at its commit, its healthy state reused from the store). A crawl with
-    --compound builds them in a unit of each project instead (miner.mine)."""
-    from miner.catalogue import load_catalogue
-    from miner.graph import build_graph
-    from miner.healthy import RAW_KINDS
-    from miner.prepare import prepare
-    from miner.sandbox import get_backend
-    from miner.validate import healthy_manifest
-
-    catalogue = catalogue if catalogue is not None else load_catalogue()
-    say = say or (lambda name, text: None)
-    groups: dict[tuple[str, str, str], Task] = {}
-    for task in store.list_tasks(repo=repo):
-        groups.setdefault((task.repo, task.commit, task.backend), task)
-    reports = []
-    for (_, commit, backend_name), first in sorted(groups.items()):
-        name = first.source.name
-        backend = get_backend(backend_name)
-        prepared = prepare(first.source, backend, store, commit=commit, timeout=timeout,
-                           say=lambda text: say(name, text))
-        state = prepared.state
-        assert state is not None
-        extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
-        ctx = Context(backend, prepared.env, state, healthy_manifest(backend, prepared.env), timeout=timeout,
-                      extra=extra, symptoms=store.symptoms(prepared.project.repo, prepared.project.commit))
-        graph = build_graph(prepared.project, state)
-        project = prepared.project
-
-        def record(candidate: Candidate, task: Task | None, files: dict[str, str]) -> None:
-            if task is not None:
-                store.add_task(task, files)
-            store.record_candidate(project.key, candidate)
-
-        reports.append(build_compounds(ctx, project, store.list_tasks(repo=project.repo), graph, catalogue, options,
-                                       known=store.has_candidate, record=record, say=lambda text: say(name, text)))
-    return reports

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Callable
 
 from miner.catalogue import load_catalogue, select_types
-from miner.compound import eligible
+from miner.compound import CompoundReport, eligible
 from miner.disk import GB
 from miner.gc import trim_cache
 from miner.executors import get_executor
 from miner.mine import (Batch, CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict,
-                        backend_for, choose_candidates)
-from miner.models import Source, content_id
+                        backend_for, choose_candidates, mine_unit)
+from miner.models import Source, Task, content_id
 from miner.sandbox import docker_available
 from miner.sources import parse_repos, repo_name
 from miner.store import Store
@@ -40,7 +40,8 @@ from miner.timing import merge
 
 Phase = Callable[[str, str], None]  # (project name, phase description)
 
-__all__ = ["CrawlOptions", "CrawlReport", "ProjectReport", "choose_candidates", "crawl", "mine_source"]
+__all__ = ["CrawlOptions", "CrawlReport", "ProjectReport", "choose_candidates", "compound_stored", "crawl",
+           "mine_source"]
 
 
 @dataclass
@@ -273,3 +274,36 @@ def mine_source(source: Source, root: Path, backend: object, types: list, option
         return driver.reports()[0]
     finally:
         store.close()
+
+
+def compound_stored(store: Store, k: int, budget: int, seed: int = 0, repo: str | None = None,
+                    timeout: float = 600.0, phase: Phase | None = None) -> list[CompoundReport]:
+    """`miner compound`: compounds of the tasks already stored, built by the compound unit a crawl
+    with --compound runs, here for each project, commit and backend of the store in turn. A
+    project that cannot be prepared again is reported with its reason; the others still run."""
+    phase = phase or (lambda name, text: None)
+    firsts: dict[tuple[str, str, str], Task] = {}
+    for task in store.list_tasks(repo=repo):
+        firsts.setdefault((task.repo, task.commit, task.backend), task)
+    recorder, catalogue, reports = Recorder(store), load_catalogue(), []
+    for index, ((name, commit, backend), first) in enumerate(sorted(firsts.items())):
+        options = CrawlOptions(backend=backend, timeout=timeout, seed=seed, compound=k, compound_budget=budget)
+        batch = Batch(number=1, of=1, commit=commit, inversions=[], budget=budget, compounds=k)
+        unit = Unit(index, first.source, options, [t for t in catalogue.values() if backend in t.backends],
+                    knowledge(store, first.source, options, with_tasks=True), str(store.root), batch)
+        refused: dict[str, int] = {}
+
+        def emit(event: Event) -> None:
+            if event.kind == "project":  # the project's row and healthy state are the crawl's
+                return
+            candidate = event.candidate
+            if candidate is not None and candidate.status != "validated":
+                refused[candidate.rule or "?"] = refused.get(candidate.rule or "?", 0) + 1
+            recorder.record(event)
+
+        result = mine_unit(unit, emit, lambda text: phase(first.source.name, text))
+        found = result.report
+        reports.append(CompoundReport(repo=name, tried=found.compound_tried, validated=found.compound_validated,
+                                      resumed=found.resumed, refused=refused,
+                                      reason=found.reason if found.status != "mined" else ""))
+    return reports
