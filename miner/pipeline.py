@@ -144,10 +144,11 @@ class _Driver:
 
     def _after_candidates(self, project: _Project) -> list[Unit]:
         """Once a project's candidates are recorded: its compound unit (--compound K, K of its stored
-        tasks at this commit) as one more batch, or its close."""
+        tasks at this commit, fewer compounds stored than the budget) as one more batch, or its close."""
         report, k = project.report, self.options.compound
         assert report is not None
-        if k > 1 and not project.compounding and report.status == "mined" and not self.stopped:
+        if k > 1 and not project.compounding and report.status == "mined" and not self.stopped and \
+                self.store.tried_of_type(report.repo, report.commit, f"compound/{k}") < self.options.compound_budget:
             fresh = knowledge(self.store, project.unit.source, self.options, with_tasks=True)
             parts = eligible([t for t in fresh.tasks if t.commit == report.commit],
                              {t.id: t for t in project.unit.types}, self.options.backend)

@@ -411,6 +411,12 @@ class Store:
         return {"status": row["status"], "rule": row["rule"], "detail": row["detail"],
                 "f2p": json.loads(row["f2p_json"] or "[]")}
 
+    def tried_of_type(self, repo: str, commit: str, type_id: str) -> int:
+        """How many candidates of one type are stored for a repository at a commit."""
+        rows = self._query('SELECT COUNT(*) AS n FROM candidates WHERE repo = ? AND "commit" = ? AND type_id = ?',
+                           (repo, commit, type_id))
+        return int(rows[0]["n"])
+
     def verdicts(self, repo: str) -> dict[str, dict[str, Any]]:
         """Every stored candidate of a repository: id -> status, rule, detail and f2p."""
         rows = self._query("SELECT id, status, rule, detail, f2p_json FROM candidates WHERE repo = ?", (repo,))

@@ -206,8 +206,8 @@ def test_compound_command_builds_from_stored_tasks(compound_store: Path) -> None
 def test_a_rerun_crawl_adds_no_compound_and_a_larger_budget_stacks_more(compound_store: Path) -> None:
     """The compounds are one more unit of the project, run after its candidates are recorded, also
     when they were all recorded by an earlier crawl; compounds already stored count against the
-    budget as single candidates do, so the same crawl again tries none and a budget larger by one
-    tries one more."""
+    budget as single candidates do, so the same crawl again tries none (and does not even prepare
+    the project for them) and a budget larger by one tries one more."""
     repos = write_repos(compound_store.parent / "again.txt", [f"{FIXTURES / 'stocksync'} {CA_OVERRIDE}"])
     args = ["crawl", "--repos", repos, "--types", PART_TYPES, "--budget", "6", "--compound", "2"]
 
@@ -223,8 +223,10 @@ def test_a_rerun_crawl_adds_no_compound_and_a_larger_budget_stacks_more(compound
     again = run_miner(compound_store, *args, "--compound-budget", "2")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert figures() == (tried, compounds, tasks)
+    assert "stacking 2 validated" not in again.stdout + again.stderr  # the budget is spent: no unit prepares
     more = run_miner(compound_store, *args, "--compound-budget", "3")
     assert more.returncode == 0, more.stdout[-2000:] + more.stderr[-2000:]
+    assert "stacking 2 validated" in more.stdout + more.stderr
     now = figures()
     assert now[:2] == (tried + 1, compounds + 1)
     assert now[2] - tasks in (0, 1)
