@@ -771,8 +771,7 @@ try:
 except Exception as exc:
     print("cannot be read:", exc)
     raise SystemExit(0)
-with open(source, "rb") as handle:
-    text = handle.read()
+text = sys.stdin.buffer.read()  # the source, as the verifier read it
 try:
     fresh = compile(text, source, "exec", dont_inherit=True)
 except Exception:
@@ -809,10 +808,10 @@ def bytecode_fault(source: str, wrap=lambda argv: argv) -> str | None:  # noqa: 
         return None
     try:
         done = subprocess.run(wrap([sys.executable, "-I", "-S", "-B", "-c", SAME_CODE, pyc, source]),
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, cwd="/")
+                              input=data, capture_output=True, timeout=60, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"({pyc}) could not be compared with it: {exc}"
-    said = done.stdout.strip()
+    said = done.stdout.decode(errors="replace").strip()
     if said == "same":
         return None
     return f"({pyc}) {said or 'crashed the interpreter reading it (exit ' + str(done.returncode) + ')'}"
