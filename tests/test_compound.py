@@ -11,6 +11,7 @@ Harbor export passes `miner check` (oracle 1, nop 0).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -200,6 +201,24 @@ def test_compound_command_builds_from_stored_tasks(compound_store: Path) -> None
     assert len(made) == rows[0]["validated"]
     refused = sum(rows[0]["refused"].values())
     assert rows[0]["validated"] + refused == 1
+
+
+@pytest.mark.slow
+def test_compound_command_reports_a_project_it_cannot_prepare_again(tmp_path: Path) -> None:
+    """The project's folder and its built copy are gone: `miner compound` names it and why, and exits 1."""
+    project = shutil.copytree(FIXTURES / "textkit", tmp_path / "textkit")
+    store = tmp_path / "store"
+    done = run_miner(store, "crawl", "--repos", write_repos(tmp_path / "repos.txt", [project]), "--budget", "3")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert stored(store), "the crawl stored no task to build compounds from"
+    shutil.rmtree(project)
+    for built in ("work", "cache"):  # the snapshot of the folder and the workspace built from it
+        shutil.rmtree(store / built)
+    done = run_miner(store, "compound", "--k", "2", "--json")
+    assert done.returncode == 1
+    [row] = json.loads(done.stdout)
+    assert row["skipped"] and row["tried"] == 0
+    assert "skipped" in done.stderr and str(project) in done.stderr
 
 
 @pytest.mark.slow
