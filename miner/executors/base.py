@@ -3,10 +3,10 @@
     executor.run(units, record, finish, say)
 
 `run` returns when every unit, and every unit `finish` returned in turn (a project's batches),
-has finished, handing units to workers in the order of `Waiting`. `record(event)` is how a unit running in this process streams its events to the
-driver (a remote unit returns them with its result instead); `finish(unit, result)` is called in
-the driver's thread, one result at a time, and returns further units; `say(project, text)` is the
-progress display.
+has finished; it hands units to its workers in the order of `Waiting`. `record(event)` is how a
+unit running in this process streams its events to the driver (a remote unit returns them with
+its result instead); `finish(unit, result)` is called in the driver's thread, one result at a
+time, and returns further units; `say(project, text)` is the progress display.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ class ExecutorError(Exception):
 class Waiting:
     """Units waiting for a worker, the work of projects already begun first.
 
-    A project's batches and its compound unit go before the next project's first unit (then by
-    project, then by batch), so a project runs to its end before others begin: its wall time is
-    its own rather than spread over the whole crawl, and a crawl stopped midway leaves whole
-    projects behind, not many half-mined ones. Executors keep only as many units running as they
-    have workers and take the next one from here.
+    A begun project's batches and its compound unit go before the next project's first unit
+    (then by project, then by batch), so projects end in turn instead of all at the end: a
+    project's wall time is its own rather than spread over the whole crawl, and a crawl stopped
+    midway leaves whole projects behind, not many half-mined ones. Executors keep only as many
+    units running as they have workers and take the next one from here.
     """
 
     def __init__(self, units: list[Unit]) -> None:
