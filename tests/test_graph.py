@@ -457,6 +457,37 @@ def test_gettext_catalogues_and_imported_names(tmp_path: Path) -> None:
     assert "app.mo" not in parse_source(b"def f(s):\n    return s.find('app')\n", "m.py", "m").scopes["f"].paths
 
 
+def test_a_test_file_run_as_a_script_draws_no_node_of_its_own(tmp_path: Path) -> None:
+    """defusedxml 0.7.1: its single test file ends in `unittest.main()` and setup.py's test command
+    runs it by name; a test file's code is folded into its tests, so nothing may point at a
+    `__main__` node of it that is never drawn (it had no kind, and choosing targets failed)."""
+    project = write_project(tmp_path, {
+        "lib.py": "def parse(text):\n    return text.strip()\n",
+        "setup.py": """
+            import subprocess, sys
+
+            def run_tests():
+                subprocess.call([sys.executable, "tests.py"])
+            """,
+        "tests.py": """
+            import unittest
+            import lib
+
+            class T(unittest.TestCase):
+                def test_parse(self):
+                    self.assertEqual(lib.parse(" a "), "a")
+
+            if __name__ == "__main__":
+                unittest.main()
+            """,
+    })
+    healthy = HealthyState(repo="r", commit="c", backend="local", test_command="pytest",
+                           outcomes={"tests.py::T::test_parse": "passed"})
+    graph = build_graph(project, healthy)
+    assert all("kind" in attrs for _, attrs in graph.nodes(data=True))
+    assert predict(graph, Target(kind="module", name="lib", path="lib.py")) == {"tests.py::T::test_parse"}
+
+
 def test_main_block_runs_only_as_a_script_and_system_nodes(tmp_path: Path) -> None:
     """`if __name__ == "__main__":` is not import-time code; a test running `python tool.py` (or a
     probe running it) depends on it. With a system inventory, `import sqlite3` reaches the shared

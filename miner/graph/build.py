@@ -163,16 +163,17 @@ class _Builder:
         for folder in sorted({str(p) for rel in self.resources for p in PurePosixPath(rel).parents if str(p) != "."}):
             self.folders[PurePosixPath(folder).name].append(folder)
         self.providers = self._providers()
-        self.scripts_by_basename: dict[str, list[str]] = defaultdict(list)  # files with a __main__ block
-        for rel, source in self.sources.items():
-            if MAIN_SCOPE in source.scopes:
-                self.scripts_by_basename[PurePosixPath(rel).name].append(rel)
         self.scripts = {s: d.name for d in healthy.inventory for s in d.console_scripts}
         own = {canonical(n) for n in healthy.project_dists}
         # own scripts named like a package of the project are matched only where they are run
         packages = {m.split(".", 1)[0] for m in self.files_by_module}
         self.own_scripts = {s for s, d in self.scripts.items() if canonical(d) in own and s not in packages}
         self.test_files = self._test_files()
+        # files with a __main__ block; a test file's is not drawn (its code is folded into its tests)
+        self.scripts_by_basename: dict[str, list[str]] = defaultdict(list)
+        for rel, source in self.sources.items():
+            if MAIN_SCOPE in source.scopes and rel not in self.test_files:
+                self.scripts_by_basename[PurePosixPath(rel).name].append(rel)
         self.pytest_config = pytest_config(self.root, files)
         self.functions_by_name: dict[str, list[tuple[SourceFile, str]]] = defaultdict(list)
         self.classes_by_name: dict[str, list[tuple[SourceFile, str]]] = defaultdict(list)
