@@ -336,7 +336,10 @@ def _check_minable(stable: dict[str, TestResult], first: SuiteRun, derived_only_
         tail = "\n".join(first.output_tail.strip().splitlines()[-5:])
         raise SkipProject(f"no tests found (exit {first.exit_code}){': ' + tail if tail else ''}")
     if tests and not any(v.outcome == "passed" for v in tests.values()):
-        raise SkipProject(f"no passing tests ({len(tests)} collected, none passed)")
+        first_one = min(tests.values(), key=lambda result: result.id)  # often a collection error: say which
+        said = first_one.message.strip().splitlines()[0] if first_one.message.strip() else ""
+        raise SkipProject(f"no passing tests ({len(tests)} collected, none passed; {first_one.id} "
+                          f"{first_one.outcome}{': ' + said if said else ''})")
 
 
 def passing(outcomes: dict[str, Outcome]) -> set[str]:

@@ -162,8 +162,10 @@ def test_probes_inventory_and_hashes_are_recorded(built, state: HealthyState) ->
 
 
 def test_a_suite_without_passing_tests_is_skipped(built) -> None:
-    with pytest.raises(SkipProject, match=r"no passing tests \(2 collected, none passed\)"):
+    with pytest.raises(SkipProject, match=r"no passing tests \(2 collected, none passed; ") as skipped:
         record(built, "python -m pytest extra/test_fail.py")
+    assert "extra/test_fail.py::test_also_wrong failed" in str(skipped.value)  # the first one, and why
+    assert "ValueError: broken" in str(skipped.value)
 
 
 def test_a_suite_without_tests_is_skipped(built) -> None:
