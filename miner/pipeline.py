@@ -292,19 +292,23 @@ def compound_stored(store: Store, k: int, budget: int, seed: int = 0, repo: str 
         batch = Batch(number=1, of=1, commit=commit, inversions=[], budget=budget, compounds=k)
         unit = Unit(index, first.source, options, [t for t in catalogue.values() if backend in t.backends],
                     knowledge(store, first.source, options, with_tasks=True), str(store.root), batch)
-        refused: dict[str, int] = {}
-
-        def emit(event: Event) -> None:
-            if event.kind == "project":  # the project's row and healthy state are the crawl's
-                return
-            candidate = event.candidate
-            if candidate is not None and candidate.status != "validated":
-                refused[candidate.rule or "?"] = refused.get(candidate.rule or "?", 0) + 1
-            recorder.record(event)
-
-        result = mine_unit(unit, emit, lambda text: phase(first.source.name, text))
-        found = result.report
-        reports.append(CompoundReport(repo=name, tried=found.compound_tried, validated=found.compound_validated,
-                                      resumed=found.resumed, refused=refused,
-                                      reason=found.reason if found.status != "mined" else ""))
+        reports.append(_compound_unit(unit, name, recorder, phase))
     return reports
+
+
+def _compound_unit(unit: Unit, repo: str, recorder: Recorder, phase: Phase) -> CompoundReport:
+    """Run one compound unit here, recording what it judged; its figures by rule."""
+    refused: dict[str, int] = {}
+
+    def emit(event: Event) -> None:
+        if event.kind == "project":  # the project's row and healthy state are the crawl's
+            return
+        candidate = event.candidate
+        if candidate is not None and candidate.status != "validated":
+            refused[candidate.rule or "?"] = refused.get(candidate.rule or "?", 0) + 1
+        recorder.record(event)
+
+    found = mine_unit(unit, emit, lambda text: phase(unit.source.name, text)).report
+    return CompoundReport(repo=repo, tried=found.compound_tried, validated=found.compound_validated,
+                          resumed=found.resumed, refused=refused,
+                          reason=found.reason if found.status != "mined" else "")
