@@ -7,9 +7,9 @@ back), or, with `CrawlOptions.compound`, the compound tasks stacked from a proje
 once its candidates are all recorded (a batch with `compounds` set: miner.compound). Whatever runs
 a unit (a thread of this process, a Ray worker on another machine) gives it what the store knows
 that it needs (`Knowledge`: verdicts of candidates already tried, the stored tasks' symptoms,
-recorded healthy states) and gets back events (`Event`: the project
-seen, a healthy state measured, a candidate judged with its task and task folder, model calls)
-that the driver alone records, in order (miner.pipeline).
+recorded healthy states) and gets back events (`Event`: the project seen, a healthy state
+measured, a candidate judged with its task and task folder, model calls) that the driver alone
+records, in order (miner.pipeline).
 
     result = mine_unit(unit, emit=recorder.record, say=lambda text: print(text))
     result.report     the ProjectReport of the unit

@@ -108,7 +108,10 @@ class RayExecutor:
         def start() -> None:
             # as many units as the cluster has CPUs now (nodes join and leave), so that the next
             # one is chosen here, in Waiting's order, not by Ray's queue
-            while waiting and len(pending) < max(1, int(ray.cluster_resources().get("CPU", 1))):
+            if not waiting:
+                return
+            capacity = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            while waiting and len(pending) < capacity:
                 unit = waiting.pop()
                 resources = {"docker": 1.0} if unit.backend == "docker" else {}
                 ref = remote.options(num_cpus=1, resources=resources, max_retries=RETRIES, retry_exceptions=False,
