@@ -9,7 +9,11 @@ command prints it verbatim, and passes after the fix.
 
 One script runs both shells (`view_script`); its one output holds a marker line per shell
 (`read_view`), so the validator spends one Sandbox.run per state and `miner check` one exec
-per container. The shells start from the environment the script's own bash started with
+per container. The command runs once when both shells would run it alike: `bash -c` first prints
+what the command's behaviour can depend on (exported variables, umask, limits, shell options
+but the interactive shell's own, what each word of the command names: alias, function, builtin
+or file), with bash's builtins alone, and when that matches what the login shell printed just
+before it ran the command, the login shell's run stands for both (`ShellRun.reused`). The shells start from the environment the script's own bash started with
 (/proc/$$/environ: what the harness's exec gave it, before bash read $BASH_ENV), in a process group
 of their own that is killed afterwards (a service the command started in the background goes too).
 
@@ -48,27 +52,57 @@ JUNIT_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)$')
 PASSED = re.compile(r"\b\d+ passed\b")
 SKIPPED = re.compile(r"\b\d+ skipped\b")
 
+# The shell's state a command can depend on, printed with builtins alone (a break may empty PATH):
+# options only an interactive shell sets differently (history, line editing, job control,
+# completion, alias expansion: aliases are compared by name below) are left out.
+FINGERPRINT = r"""(
+while IFS= read -r line; do
+  case $line in
+    emacs[[:space:]]*|vi[[:space:]]*|histexpand[[:space:]]*|history[[:space:]]*|monitor[[:space:]]*) ;;
+    {interactive}) ;;
+    *) printf '%s\n' "$line";;
+  esac
+done < <(set -o; shopt -p)
+declare -px; umask; ulimit -a
+for w in {words}; do printf '%s=%s\n' "$w" "$(type -t -- "$w")"; done
+) >{file} 2>&1"""
+INTERACTIVE_SHOPTS = ("login_shell", "expand_aliases", "checkwinsize", "histappend", "cmdhist", "lithist",
+                      "histreedit", "histverify", "checkjobs", "progcomp", "progcomp_alias", "promptvars",
+                      "hostcomplete", "no_empty_cmd_completion", "direxpand", "dirspell", "complete_fullquote",
+                      "force_fignore", "interactive_comments")
+COMMAND_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
+
 SCRIPT = r"""
 base=()
 mapfile -d '' -t base < /proc/$$/environ
 limit=()
 if command -v timeout >/dev/null 2>&1; then limit=(timeout -k 5 {timeout}); fi
 cmd=$(printf '%s' {command_b64} | base64 -d)
-out=$(mktemp) err=$(mktemp)
+out=$(mktemp) err=$(mktemp) first=$(mktemp) again=$(mktemp)
+fingerprint=$(printf '%s' {fingerprint_b64} | base64 -d)
 user=$(id -un 2>/dev/null || id -u)
+reused=0
 for shell in {shells}; do
-  case $shell in login) argv=({login});; *) argv=({plain});; esac
+  case $shell in login) argv=({login}) fp=$first;; *) argv=({plain}) fp=$again;; esac
   cd /
-  "${{limit[@]}}" env -i "${{base[@]}}" "${{argv[@]}}" "cd {project} || exit 99
+  if [ "$shell" != login ] && [ {reusable} = 1 ]; then
+    "${{limit[@]}}" env -i "${{base[@]}}" "${{argv[@]}}" "cd {project} || exit 99
+${{fingerprint//@FILE@/$fp}}" </dev/null >/dev/null 2>&1
+    if [ -s "$first" ] && [ "$(<"$first")" == "$(<"$again")" ]; then reused=1; fi
+  fi
+  if [ $reused = 0 ]; then
+    "${{limit[@]}}" env -i "${{base[@]}}" "${{argv[@]}}" "cd {project} || exit 99
+${{fingerprint//@FILE@/$fp}}
 $cmd" >"$out" 2>"$err" </dev/null &
-  pid=$!
-  wait "$pid"
-  rc=$?
-  kill -KILL -- -"$pid" 2>/dev/null
-  printf '{marker} %s %s %s %s %s\n' "$user" "$(printf %s "$shell" | base64 -w0)" "$rc" \
-    "$(tail -c {keep} "$out" | base64 -w0)" "$(tail -c {keep} "$err" | base64 -w0)"
+    pid=$!
+    wait "$pid"
+    rc=$?
+    kill -KILL -- -"$pid" 2>/dev/null
+  fi
+  printf '{marker} %s %s %s %s %s %s\n' "$user" "$(printf %s "$shell" | base64 -w0)" "$rc" \
+    "$(tail -c {keep} "$out" | base64 -w0)" "$(tail -c {keep} "$err" | base64 -w0)" "$reused"
 done
-rm -f "$out" "$err"
+rm -f "$out" "$err" "$first" "$again"
 """
 
 
@@ -81,6 +115,7 @@ class ShellRun:
     exit_code: int
     stdout: str
     stderr: str
+    reused: bool = False  # the login shell's run, standing for this shell's: both would run it alike
 
     @property
     def output(self) -> str:
@@ -96,10 +131,23 @@ def view_script(command: str, timeout: float = 600.0, cwd: str = PROJECT_DIR) ->
     """A bash script running `command` in `cwd` in each solver shell, as the user running the
     script; prints one marker line per shell (see read_view)."""
     return SCRIPT.format(
-        timeout=max(1, int(timeout)), command_b64=shlex.quote(base64.b64encode(command.encode()).decode()),
+        timeout=max(1, int(timeout)), command_b64=_quoted_b64(command),
+        fingerprint_b64=_quoted_b64(_fingerprint(command)), reusable=int("!" not in command),
         shells=" ".join(shlex.quote(s) for s in SHELLS), login=SHELLS["login"],
         plain=SHELLS["bash -c"], project=shlex.quote(cwd), marker=MARKER, keep=KEEP_BYTES,
     )
+
+
+def _quoted_b64(text: str) -> str:
+    return shlex.quote(base64.b64encode(text.encode()).decode())
+
+
+def _fingerprint(command: str) -> str:
+    """The shell code printing the state `command` may depend on into @FILE@ (see FINGERPRINT)."""
+    words = sorted({w for w in command.replace(";", " ").replace("|", " ").split() if COMMAND_WORD.match(w)})
+    interactive = "|".join(f'"shopt -"[su]" {name}"' for name in INTERACTIVE_SHOPTS)
+    return FINGERPRINT.format(interactive=interactive, file='"@FILE@"',
+                              words=" ".join(shlex.quote(w) for w in words) or "''")
 
 
 def _b64(text: str) -> str:
@@ -111,9 +159,9 @@ def read_view(output: str) -> list[ShellRun]:
     runs = []
     for line in output.splitlines():
         words = line.split(" ")
-        if len(words) == 6 and words[0] == MARKER and words[3].lstrip("-").isdigit():
+        if len(words) in (6, 7) and words[0] == MARKER and words[3].lstrip("-").isdigit():
             runs.append(ShellRun(user=words[1], shell=_b64(words[2]), exit_code=int(words[3]),
-                                 stdout=_b64(words[4]), stderr=_b64(words[5])))
+                                 stdout=_b64(words[4]), stderr=_b64(words[5]), reused=words[6:] == ["1"]))
     return runs
 
 
@@ -182,5 +230,8 @@ def log_text(runs: list[ShellRun]) -> str:
     """The runs as a log: each shell's exit code and output."""
     parts = []
     for run in runs:
-        parts.append(f"$ {run.shell} (as {run.user}, exit {run.exit_code})\n{run.output.rstrip()}")
+        if run.reused:
+            parts.append(f"$ {run.shell} (as {run.user}): the login shell's state, so its run (exit {run.exit_code})")
+        else:
+            parts.append(f"$ {run.shell} (as {run.user}, exit {run.exit_code})\n{run.output.rstrip()}")
     return "\n\n".join(parts) + "\n"

@@ -38,11 +38,47 @@ def test_both_shells_start_from_the_process_environment_and_read_their_startup_f
     (tmp_path / "bash_env").write_text("export SEEN=bash_env\n")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "BASH_ENV": str(tmp_path / "bash_env")}
     runs = run_view("export LATE=1; echo $SEEN $PWD; exit 3", tmp_path, env)
-    assert [(r.shell, r.exit_code, r.stdout) for r in runs] == [
-        ("login", 3, f"profile {tmp_path}\n"), ("bash -c", 3, f"bash_env {tmp_path}\n")]
+    assert [(r.shell, r.exit_code, r.stdout, r.reused) for r in runs] == [
+        ("login", 3, f"profile {tmp_path}\n", False), ("bash -c", 3, f"bash_env {tmp_path}\n", False)]
     runs = run_view("echo ${LATE:-unset}", tmp_path, env)
     assert {r.stdout for r in runs} == {"unset\n"}
     assert all("job control" not in r.output for r in runs)  # the interactive shell's complaints are dropped
+
+
+def login_path(home: Path) -> str:
+    """The PATH a login shell of this machine ends with (Debian's /etc/profile sets one)."""
+    done = subprocess.run(["bash", "--login", "-i", "-c", "echo $PATH"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(home)}, timeout=60)
+    return done.stdout.strip()
+
+
+def test_the_command_runs_once_when_both_shells_would_run_it_alike(tmp_path: Path) -> None:
+    """With nothing in the startup files that changes what the command sees, the login shell's run
+    stands for `bash -c`'s: the command ran once, both reports carry its result."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": login_path(home), "HOME": str(home)}  # /etc/profile sets PATH: the shells agree on it
+    runs = run_view("echo ran >> runs.log; echo out; exit 4", tmp_path, env)
+    assert [(r.shell, r.exit_code, r.stdout, r.reused) for r in runs] == [
+        ("login", 4, "out\n", False), ("bash -c", 4, "out\n", True)]
+    assert (tmp_path / "runs.log").read_text() == "ran\n"
+
+
+def test_a_startup_file_that_changes_what_the_command_meets_makes_both_shells_run_it(tmp_path: Path) -> None:
+    """A variable, a function named like a word of the command, a shell option set by ~/.profile:
+    each makes the two shells differ, so each runs the command."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": login_path(home), "HOME": str(home)}
+    for profile, command in (("export SEEN=1\n", "echo ${SEEN:-none}"),
+                             ("greet() { echo function; }\n", "greet"),
+                             ("set -u\n", "echo ${NOT_SET:-} ${UNSET_TOO}")):
+        (home / ".profile").write_text(profile)
+        (tmp_path / "runs.log").unlink(missing_ok=True)
+        runs = run_view(f"echo ran >> runs.log; {command}", tmp_path, env)
+        assert [r.reused for r in runs] == [False, False], profile
+        assert (tmp_path / "runs.log").read_text() == "ran\nran\n", profile
+        assert runs[0].output != runs[1].output, profile
 
 
 def test_a_service_started_in_the_background_is_stopped_after_each_shell(tmp_path: Path) -> None:

@@ -32,6 +32,10 @@ RC_NAME = ".bashrc"
 PROFILE_NAME = ".profile"
 PROFILE_HOOK = "/etc/profile.d/sandbox-env.sh"
 BASHRC_HOOK = "/etc/bash.bashrc"  # appended to: Debian's returns early for non-interactive shells
+# Every backend's PATH: the venv, then the PATH Debian's /etc/profile gives root's login shells
+# (and Docker's default), so a login shell and `bash -c` of a sandbox find commands alike.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SANDBOX_PATH = f"{VENV_DIR}/bin:{SYSTEM_PATH}"
 
 RC_HEAD = f"""# ~/.bashrc: the environment the project in /sandbox/project runs in. Every bash reads this
 # file: login shells through ~/.profile, interactive ones directly, `bash -c` through $BASH_ENV.

@@ -47,7 +47,7 @@ from miner.sandbox.base import (
     Sandbox,
     miner_env,
 )
-from miner.sandbox.layout import home_files, shell_env
+from miner.sandbox.layout import SANDBOX_PATH, home_files, shell_env
 
 BWRAP = "/usr/bin/bwrap"
 MARKER = "build.json"  # in WORKDIR, next to healthy/: present only once a build completed
@@ -69,7 +69,6 @@ HOST_NETWORK_ENV = (  # host variables passed through only to commands that have
     "HTTPS_PROXY",
     "NO_PROXY",
 )
-SANDBOX_PATH = f"{VENV_DIR}/bin:/usr/local/bin:/usr/bin:/bin"
 # Where per-command cgroups can be made: cgroup v1's hierarchy of the controller, or the v2 root.
 CGROUP_HIERARCHIES = {
     "pids": (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")),

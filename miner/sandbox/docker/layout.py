@@ -35,8 +35,6 @@ from miner.sandbox.base import BuildSpec, miner_env
 
 BUILD_DIR = f"{SANDBOX_ROOT}/.build"  # the build files, removed in the layer that used them
 STAGING_DIR = "/tmp/miner-project"  # a Dockerized project's files wait here when its image has no WORKDIR
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SANDBOX_PATH = f"{VENV_DIR}/bin:{SYSTEM_PATH}"
 HOST_CA_NAME = "host-ca.crt"  # the host's CA bundle in a build context, for pip behind a TLS proxy
 HOST_CA_PATH = "/etc/ssl/certs/host-ca.crt"
 
@@ -44,7 +42,7 @@ HOST_CA_PATH = "/etc/ssl/certs/host-ca.crt"
 def image_env(site_packages: str = "", dockerized: bool = False) -> dict[str, str]:
     """The ENV of a healthy image: the MINER_* variables, the venv first on PATH, HOME and BASH_ENV
     (every bash reads ~/.bashrc), and LANG=C.UTF-8 (a Dockerized project's image keeps its own locale)."""
-    env = miner_env(site_packages) | shell_layout.shell_env() | {"VIRTUAL_ENV": VENV_DIR, "PATH": SANDBOX_PATH}
+    env = miner_env(site_packages) | shell_layout.shell_env() | {"VIRTUAL_ENV": VENV_DIR, "PATH": shell_layout.SANDBOX_PATH}
     if not dockerized:
         env["LANG"] = "C.UTF-8"
     return env
