@@ -59,11 +59,6 @@ from miner.validate import Context, healthy_manifest, validate
 
 Say = Callable[[str], None]
 ADAPTIVE_POOL = 3  # graph selection renders budget x this many candidates to choose from
-# Graph selection tries a type after all others when the store's other projects kept fewer than
-# SELDOM_KEPT of at least SELDOM_TRIES of its candidates (a global setting no test notices costs a
-# whole suite run to find out).
-SELDOM_TRIES = 8
-SELDOM_KEPT = 0.25
 DEFAULT_BATCH = 30  # candidates of one project mined as one unit; more are split into batches
 
 
@@ -136,13 +131,6 @@ class Knowledge(BaseModel):
     symptoms: list[tuple[str, str, list[str]]] = Field(default_factory=list)  # (commit, family, F2P) of stored tasks
     states: dict[str, HealthyState] = Field(default_factory=dict)  # recorded healthy states by preparation key
     tasks: list[Task] = Field(default_factory=list)  # stored tasks (only for the agent's goals)
-    # type id -> (candidates run, kept) on the store's other projects, read when the crawl began
-    type_yields: dict[str, tuple[int, int]] = Field(default_factory=dict)
-
-    def seldom_kept(self) -> frozenset[str]:
-        """The types graph selection tries last (SELDOM_TRIES, SELDOM_KEPT)."""
-        return frozenset(t for t, (tried, kept) in self.type_yields.items()
-                         if tried >= SELDOM_TRIES and kept < SELDOM_KEPT * tried)
 
     def symptoms_of(self, commit: str) -> dict[tuple[str, frozenset[str]], int]:
         found: dict[tuple[str, frozenset[str]], int] = {}
@@ -380,8 +368,8 @@ def _mine_project(unit: Unit, prepared: Prepared, root: Path, emit: Emit, report
         candidates, total = list(batch.inversions), batch.budget
     else:
         with clock.phase("choose"):
-            candidates = choose_candidates(project, state, unit.types, options, graph, extra_targets,
-                                           last=unit.knowledge.seldom_kept()) if procedural else []
+            candidates = choose_candidates(project, state, unit.types, options, graph, extra_targets) \
+                if procedural else []
         # Pairs without evidence (rule 8) are judged (rejected before anything runs) but take no budget.
         usable = [inv for inv in candidates if not inv.no_evidence]
         total = len(usable) if options.budget is None else min(options.budget, len(usable))
@@ -521,13 +509,11 @@ def _adaptive(candidates: list[Inversion], options: CrawlOptions,
 
 def choose_candidates(project: Project, state: HealthyState, types: list[InversionType],
                       options: CrawlOptions, graph: nx.DiGraph | None = None,
-                      extra_targets: list[Target] | None = None, last: frozenset[str] = frozenset()) -> list[Inversion]:
+                      extra_targets: list[Target] | None = None) -> list[Inversion]:
     """Graph-guided or blind (random) choice of (target, type) candidates, in a deterministic order.
 
     `extra_targets` are the backend's (system libraries, services): kinds the graph models
     (syslib, debpkg) are selected like the others, the rest are tried after them, unpredicted.
-    Graph selection tries the types in `last` (Knowledge.seldom_kept) after every other pair;
-    blind choice ignores them.
     """
     inverter = ProceduralInverter(types, seed=options.seed)
     targets = enumerate_targets(project, state, extra_targets or [])
@@ -540,7 +526,7 @@ def choose_candidates(project: Project, state: HealthyState, types: list[Inversi
     ordered = [target for target, _, _ in chosen] + [t for t in targets if t.kind in graphs.UNMODELLED_KINDS]
     # A larger pool than the budget: targets that miss give their turn to the next ones (_adaptive).
     pool = None if options.budget is None else options.budget * ADAPTIVE_POOL
-    candidates = inverter.candidates(project, state, targets=ordered, budget=pool, last=last)
+    candidates = inverter.candidates(project, state, targets=ordered, budget=pool)
     for inversion in candidates:
         predicted, depth = radius.get(inversion.target.key, (None, None))
         inversion.predicted_f2p = sorted(predicted) if predicted is not None else None

@@ -85,17 +85,15 @@ class Recorder:
                                       report.status, report.reason, seconds=report.seconds, timings=report.timings)
 
 
-def knowledge(store: Store, source: Source, options: CrawlOptions, with_tasks: bool = False,
-              type_yields: dict[str, tuple[int, int]] | None = None) -> Knowledge:
+def knowledge(store: Store, source: Source, options: CrawlOptions, with_tasks: bool = False) -> Knowledge:
     """What a unit of this source needs from the store (its repository's verdicts, symptoms, states,
-    and its tasks for the agent's goals or `with_tasks`; the types' yields when given)."""
+    and its tasks for the agent's goals or `with_tasks`)."""
     repo = repo_name(source)
     tasks = []
     if options.inverter != "procedural" or with_tasks:
         tasks = [task for task in store.list_tasks(repo=repo) if task.repo == repo]
     return Knowledge(verdicts={cid: Verdict(**v) for cid, v in store.verdicts(repo).items()},
-                     symptoms=store.task_symptoms(repo), states=store.recorded_states(repo), tasks=tasks,
-                     type_yields=type_yields or {})
+                     symptoms=store.task_symptoms(repo), states=store.recorded_states(repo), tasks=tasks)
 
 
 @dataclass
@@ -120,12 +118,8 @@ class _Driver:
 
     def units(self, sources: list[Source], types: list, root: str) -> list[Unit]:
         units = []
-        # Other projects' yields, read once: the crawl's own sources left out, so a resumed or
-        # distributed crawl chooses as an uninterrupted local one.
-        yields = self.store.type_yields(exclude={repo_name(source) for source in sources})
         for index, source in enumerate(sources):
-            unit = Unit(index, source, self.options, types, knowledge(self.store, source, self.options,
-                                                                      type_yields=yields), root)
+            unit = Unit(index, source, self.options, types, knowledge(self.store, source, self.options), root)
             self.projects[index] = _Project(unit)
             units.append(unit)
         return units

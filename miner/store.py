@@ -24,7 +24,7 @@ import shutil
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -416,19 +416,6 @@ class Store:
         rows = self._query('SELECT COUNT(*) AS n FROM candidates WHERE repo = ? AND "commit" = ? AND type_id = ?',
                            (repo, commit, type_id))
         return int(rows[0]["n"])
-
-    def type_yields(self, exclude: Iterable[str] = ()) -> dict[str, tuple[int, int]]:
-        """Per inversion type, over the store's repositories but `exclude`: candidates that ran (all
-        but those refused before anything ran, rule 8) and how many of them were kept."""
-        skip = set(exclude)
-        rows = self._query("""SELECT repo, type_id, COUNT(*) AS n, SUM(status = 'validated') AS kept FROM candidates
-                              WHERE rule IS NULL OR rule != 'unrecoverable' GROUP BY repo, type_id""")
-        found: dict[str, tuple[int, int]] = {}
-        for row in rows:
-            if row["repo"] not in skip:
-                tried, kept = found.get(row["type_id"], (0, 0))
-                found[row["type_id"]] = (tried + int(row["n"]), kept + int(row["kept"] or 0))
-        return found
 
     def verdicts(self, repo: str) -> dict[str, dict[str, Any]]:
         """Every stored candidate of a repository: id -> status, rule, detail and f2p."""

@@ -511,27 +511,6 @@ def test_small_budget_spreads_over_families(world):
     assert {i.family for i in runnable} == families
 
 
-def test_types_named_last_come_after_every_other_pair(world):
-    """A crawl's seldom-kept types: their pairs follow all others (a budget reaches them last);
-    within a family every pair keeps the order it had."""
-    types = no_index_types()
-    everything = [i for i in ProceduralInverter(types, seed=3).candidates(world.project, world.healthy)
-                  if not i.no_evidence]
-    late = frozenset({everything[0].type_id, everything[1].type_id})
-    reordered = [i for i in ProceduralInverter(types, seed=3).candidates(world.project, world.healthy, last=late)
-                 if not i.no_evidence]
-    assert sorted(order(reordered)) == sorted(order(everything))
-    split = next(n for n, i in enumerate(reordered) if i.type_id in late)
-    assert all(i.type_id in late for i in reordered[split:])
-    for family in {i.family for i in everything}:
-        was = [p for p in order(everything) if p[0].startswith(family + "/")]
-        now = [p for p in order(reordered) if p[0].startswith(family + "/")]
-        assert now == [p for p in was if p[0] not in late] + [p for p in was if p[0] in late]
-    budget = 4
-    first = ProceduralInverter(types, seed=3).candidates(world.project, world.healthy, budget=budget, last=late)
-    assert not {i.type_id for i in first if not i.no_evidence} & late
-
-
 def test_given_targets_keep_their_order(world):
     targets = by_key(world)
     ranked = [targets["data:data/names.txt"], targets["data:data/words.csv"]]

@@ -24,7 +24,6 @@ from miner.models import (
     Task,
     content_id,
 )
-from miner.mine import Knowledge
 from miner.store import AmbiguousTask, Store, StoreMissing, UnknownTask
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -282,23 +281,6 @@ def test_stats_numbers(tmp_path: Path) -> None:
     assert (skipped["tried"], skipped["status"], skipped["reason"]) == (0, "skipped", "build failed")
     assert stats["projects"] == 2 and stats["tasks"] == 0
     json.dumps(stats)  # serialisable as is, for `miner stats --json`
-
-
-def test_type_yields_count_what_ran_on_the_other_projects(tmp_path: Path) -> None:
-    """Per type over the store's repositories but the excluded ones: candidates that ran (not those
-    refused by rule 8 before anything ran) and those kept; a crawl tries the seldom kept last."""
-    greeter, other = "https://example.org/acme/greeter.git", "/src/other"
-    plan = [(greeter, "deps/uninstall", "validated", None), (greeter, "deps/uninstall", "rejected", "no-f2p"),
-            (greeter, "config/syntax-error", "rejected", "unrecoverable"),
-            (other, "deps/uninstall", "validated", None), (other, "data/truncate", "rejected", "no-f2p")]
-    with Store(tmp_path) as store:
-        for n, (repo, type_id, status, rule) in enumerate(plan):
-            store.record_candidate(content_id(repo), make_candidate(n, type_id, status, rule, repo))
-        assert store.type_yields() == {"deps/uninstall": (3, 2), "data/truncate": (1, 0)}
-        assert store.type_yields(exclude={greeter}) == {"deps/uninstall": (1, 1), "data/truncate": (1, 0)}
-    yields = {"env/pythonwarnings-error": (26, 3), "env/pythonhome": (51, 50), "data/bom": (7, 0),
-              "net/http-proxy-dead": (20, 5)}
-    assert Knowledge(type_yields=yields).seldom_kept() == {"env/pythonwarnings-error"}  # data/bom: too few tries
 
 
 def test_list_filters(tmp_path: Path) -> None:

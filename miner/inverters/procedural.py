@@ -30,8 +30,7 @@ its preconditions hold against Target.attrs (see inversions/README.md):
 Order: for a given seed the list is deterministic. Without explicit targets (or with
 shuffle=True), each family's (target, type) pairs are shuffled, weighted by the type's weight;
 with targets given, their order is kept. Families are then interleaved round-robin, so a
-small budget spreads over them. Types named `last` (the crawl's: types the store has seen kept
-seldom) come after every other pair, in the same order among themselves.
+small budget spreads over them.
 """
 
 from __future__ import annotations
@@ -568,10 +567,8 @@ class ProceduralInverter:
 
     # ---- order
 
-    def pairs(self, healthy: HealthyState, targets: list[Target], shuffle: bool,
-              last: frozenset[str] = frozenset()) -> list[list[deque]]:
-        """Queues of applicable (target, type) pairs, one per family, families in seeded order: those
-        of the types not in `last`, then those of the types in it."""
+    def pairs(self, healthy: HealthyState, targets: list[Target], shuffle: bool) -> list[deque]:
+        """One queue of applicable (target, type) pairs per family, families in seeded order."""
         rng = random.Random(self.seed)
         by_family: dict[str, list[tuple[Target, InversionType]]] = {}
         seen = set()
@@ -590,15 +587,13 @@ class ProceduralInverter:
                 pairs.sort(key=lambda p: (p[1].id, p[0].key))
                 keys = [rng.random() ** (1.0 / p[1].weight) for p in pairs]
                 pairs = [p for _, p in sorted(zip(keys, pairs), key=lambda kp: -kp[0])]
-            queues.append(pairs)
+            queues.append(deque(pairs))
         rng.shuffle(queues)
-        return [[deque(p for p in pairs if (p[1].id in last) == later) for pairs in queues] for later in (False, True)]
+        return queues
 
     def candidates(self, project: Project, healthy: HealthyState, targets: list[Target] | None = None,
-                   budget: int | None = None, shuffle: bool | None = None,
-                   last: frozenset[str] = frozenset()) -> list[Inversion]:
-        """Rendered inversions, round-robin across families, at most `budget` of them; pairs of the
-        types in `last` after all others.
+                   budget: int | None = None, shuffle: bool | None = None) -> list[Inversion]:
+        """Rendered inversions, round-robin across families, at most `budget` of them.
 
         `targets` in a caller's order (a graph's ranking) keep that order unless `shuffle` is
         True; without targets, the enumerated ones are shuffled with the seed.
@@ -607,16 +602,9 @@ class ProceduralInverter:
             shuffle = targets is None
         if targets is None:
             targets = enumerate_targets(project, healthy)
+        queues = self.pairs(healthy, targets, shuffle)
         out: list[Inversion] = []
-        for queues in self.pairs(healthy, targets, shuffle, last):
-            self._round_robin(project, healthy, [q for q in queues if q], out, budget)
-        return out
-
-    def _round_robin(self, project: Project, healthy: HealthyState, queues: list[deque], out: list[Inversion],
-                     budget: int | None) -> None:
-        """Append to `out` one rendered pair of each family in turn until `out` holds `budget`
-        runnable ones (unrecoverable pairs are kept, to be recorded, but take no turn and no budget)."""
-        counted = sum(1 for i in out if not i.no_evidence)
+        counted = 0  # unrecoverable pairs are kept (to be recorded) but take no turn and no budget
         while queues and (budget is None or counted < budget):
             for queue in list(queues):
                 if budget is not None and counted >= budget:
@@ -630,6 +618,7 @@ class ProceduralInverter:
                             break
                 if not queue:
                     queues.remove(queue)
+        return out
 
     # ---- rendering
 
