@@ -9,13 +9,14 @@ command prints it verbatim, and passes after the fix.
 
 One script runs both shells (`view_script`); its one output holds a marker line per shell
 (`read_view`), so the validator spends one Sandbox.run per state and `miner check` one exec
-per container. The command runs once when both shells would run it alike: `bash -c` first prints
-what the command's behaviour can depend on (exported variables, umask, limits, shell options
-but the interactive shell's own, what each word of the command names: alias, function, builtin
-or file), with bash's builtins alone, and when that matches what the login shell printed just
-before it ran the command, the login shell's run stands for both (`ShellRun.reused`). The shells start from the environment the script's own bash started with
+per container. The shells start from the environment the script's own bash started with
 (/proc/$$/environ: what the harness's exec gave it, before bash read $BASH_ENV), in a process group
 of their own that is killed afterwards (a service the command started in the background goes too).
+The command runs once when both shells would run it alike: `bash -c` first prints what the
+command's behaviour can depend on (exported variables, umask, limits, shell options but the
+interactive shell's own, what each word of the command names: alias, function, builtin or file),
+with bash's builtins alone, and when that matches what the login shell printed just before it ran
+the command, the login shell's run stands for both (`ShellRun.reused`).
 
     script = view_script(view.command, timeout=300)
     runs = read_view(sandbox.run(script).output)
@@ -159,7 +160,7 @@ def read_view(output: str) -> list[ShellRun]:
     runs = []
     for line in output.splitlines():
         words = line.split(" ")
-        if len(words) in (6, 7) and words[0] == MARKER and words[3].lstrip("-").isdigit():
+        if len(words) == 7 and words[0] == MARKER and words[3].lstrip("-").isdigit():
             runs.append(ShellRun(user=words[1], shell=_b64(words[2]), exit_code=int(words[3]),
                                  stdout=_b64(words[4]), stderr=_b64(words[5]), reused=words[6:] == ["1"]))
     return runs

@@ -42,7 +42,8 @@ HOST_CA_PATH = "/etc/ssl/certs/host-ca.crt"
 def image_env(site_packages: str = "", dockerized: bool = False) -> dict[str, str]:
     """The ENV of a healthy image: the MINER_* variables, the venv first on PATH, HOME and BASH_ENV
     (every bash reads ~/.bashrc), and LANG=C.UTF-8 (a Dockerized project's image keeps its own locale)."""
-    env = miner_env(site_packages) | shell_layout.shell_env() | {"VIRTUAL_ENV": VENV_DIR, "PATH": shell_layout.SANDBOX_PATH}
+    env = miner_env(site_packages) | shell_layout.shell_env() | {"VIRTUAL_ENV": VENV_DIR,
+                                                                 "PATH": shell_layout.SANDBOX_PATH}
     if not dockerized:
         env["LANG"] = "C.UTF-8"
     return env
