@@ -59,7 +59,6 @@ SKIPPED = re.compile(r"\b\d+ skipped\b")
 FINGERPRINT = r"""(
 while IFS= read -r line; do
   case $line in
-    emacs[[:space:]]*|vi[[:space:]]*|histexpand[[:space:]]*|history[[:space:]]*|monitor[[:space:]]*) ;;
     {interactive}) ;;
     *) printf '%s\n' "$line";;
   esac
@@ -67,10 +66,11 @@ done < <(set -o; shopt -p)
 declare -px; umask; ulimit -a
 for w in {words}; do printf '%s=%s\n' "$w" "$(type -t -- "$w")"; done
 ) >{file} 2>&1"""
+INTERACTIVE_OPTIONS = ("emacs", "vi", "histexpand", "history", "monitor")  # `set -o NAME`
 INTERACTIVE_SHOPTS = ("login_shell", "expand_aliases", "checkwinsize", "histappend", "cmdhist", "lithist",
                       "histreedit", "histverify", "checkjobs", "progcomp", "progcomp_alias", "promptvars",
                       "hostcomplete", "no_empty_cmd_completion", "direxpand", "dirspell", "complete_fullquote",
-                      "force_fignore", "interactive_comments")
+                      "force_fignore", "interactive_comments")  # `shopt -s NAME`
 COMMAND_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
 
 SCRIPT = r"""
@@ -146,7 +146,8 @@ def _quoted_b64(text: str) -> str:
 def _fingerprint(command: str) -> str:
     """The shell code printing the state `command` may depend on into @FILE@ (see FINGERPRINT)."""
     words = sorted({w for w in command.replace(";", " ").replace("|", " ").split() if COMMAND_WORD.match(w)})
-    interactive = "|".join(f'"shopt -"[su]" {name}"' for name in INTERACTIVE_SHOPTS)
+    interactive = "|".join([f"{name}[[:space:]]*" for name in INTERACTIVE_OPTIONS]
+                           + [f'"shopt -"[su]" {name}"' for name in INTERACTIVE_SHOPTS])
     return FINGERPRINT.format(interactive=interactive, file='"@FILE@"',
                               words=" ".join(shlex.quote(w) for w in words) or "''")
 
