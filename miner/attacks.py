@@ -31,7 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from miner.check import CheckError, Checker, Scenario, read_config, read_file, task_dirs
+from miner.check import (CheckError, Checker, Scenario, check_tests_folder, discard, read_config, read_file,
+                         task_dirs)
 
 ATTACK_DIR = "/tmp/miner-attack"
 ID = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -92,8 +93,32 @@ def _entries(data: object, source: str) -> tuple[list[Attack], dict[str, dict[st
     return attacks, payloads
 
 
-def load_catalogue(extra: list[Path]) -> Catalogue:
-    """The built-in catalogue plus the given files; ids must be unique across all of them."""
+def generated_attacks(data: object, source: str) -> list[Attack]:
+    """Every hook point of a catalogue's `generated` section with every payload of its kind: id
+    HOOK--PAYLOAD, the hook's class, its script run with the payload's text in $PAYLOAD."""
+    section = (data or {}).get("generated") if isinstance(data, dict) else None
+    if not section:
+        return []
+    hooks, payloads = section.get("hooks") or [], section.get("payloads") or {}
+    if not isinstance(hooks, list) or not isinstance(payloads, dict):
+        raise CatalogueError(f"{source}: generated needs a 'hooks' list and a 'payloads' mapping by kind")
+    attacks = []
+    for hook in hooks:
+        if not isinstance(hook, dict) or not all(isinstance(hook.get(k), str) for k in ("id", "kind", "class", "script")):
+            raise CatalogueError(f"{source}: a generated hook needs id, kind, class and script (strings): {hook!r}")
+        for payload in payloads.get(hook["kind"]) or []:
+            if not isinstance(payload, dict) or not isinstance(payload.get("id"), str) \
+                    or not isinstance(payload.get("text"), str):
+                raise CatalogueError(f"{source}: a generated payload needs id and text (strings): {payload!r}")
+            script = f"PAYLOAD={shlex.quote(payload['text'])}\n{hook['script']}"
+            attacks.append(Attack(f"{hook['id']}--{payload['id']}", hook["class"],
+                                  f"generated: the {payload['id']} payload through {hook['id']}", script))
+    return attacks
+
+
+def load_catalogue(extra: list[Path], generated: bool = False) -> Catalogue:
+    """The built-in catalogue plus the given files; ids must be unique across all of them. With
+    `generated`, also every file's generated shortcuts (hook points times payloads)."""
     sources = [("miner/assets/attacks.yaml", resources.files("miner").joinpath("assets", "attacks.yaml").read_text())]
     for path in extra:
         try:
@@ -107,6 +132,8 @@ def load_catalogue(extra: list[Path]) -> Catalogue:
         except yaml.YAMLError as exc:
             raise CatalogueError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
         attacks, payloads = _entries(data, source)
+        if generated:
+            attacks += generated_attacks(data, source)
         taken = {a.id for a in catalogue.attacks}
         clash = [a.id for a in attacks if a.id in taken]
         if clash:
@@ -235,11 +262,11 @@ class Attacker:
             if container.status != "running":
                 outcome.why = "the shortcut stopped the container (nothing left to verify)"
                 return outcome
-            result = self.checker.verify(container, task_dir, config)
+            result = self.checker.verify(container, task_dir, config, image)
             outcome.reward = result.reward
             outcome.why = refusal(result)
         finally:
-            container.remove(force=True)
+            discard(container)  # gone already when the verifier ran in a clean copy
             outcome.seconds = round(time.monotonic() - start, 2)
         return outcome
 
@@ -248,6 +275,7 @@ class Attacker:
         report = TaskReport(path=task_dir)
         try:
             config = read_config(task_dir)
+            check_tests_folder(task_dir, config)
             report.name = config["task"]["name"]
             variables = task_variables(task_dir)
             image = self.checker.build(task_dir, float(config.get("environment", {}).get("build_timeout_sec") or 1200))
@@ -272,9 +300,10 @@ class Attacker:
 
 def attack_tasks(paths: list[Path], catalogue: Catalogue, jobs: int = 1,
                  on_outcome: Callable[[TaskReport, AttackOutcome], None] | None = None,
-                 on_task: Callable[[TaskReport], None] | None = None) -> list[TaskReport]:
+                 on_task: Callable[[TaskReport], None] | None = None,
+                 verifier_mode: str = "separate") -> list[TaskReport]:
     """Every shortcut of the catalogue against every task folder named by `paths` (see check.task_dirs)."""
-    attacker = Attacker(catalogue, jobs=jobs)
+    attacker = Attacker(catalogue, Checker(verifier_mode=verifier_mode), jobs=jobs)
     reports = []
     for task_dir in task_dirs(paths):
         report = attacker.run_task(task_dir, on_outcome)

@@ -16,12 +16,26 @@ only when the task declares its repair needs it (allowed hosts in [metadata], or
 [environment] network_mode); so oracle 1 shows the repair is possible from the evidence the task
 names, offline ones from what the environment holds.
 
+Where the verifier runs (`verifier_mode`): "separate" (the default) verifies in a fresh container
+in which no process of the agent's exists. A task exported for Harbor's separate verifier
+([verifier] environment_mode = "separate") is checked as Harbor runs it: its collect command runs
+in the agent's container, which is then removed, and a fresh container of the task's image gets
+/logs/artifacts and tests/ (the boot tool carries the changes in, miner/assets/restore.py). Any
+other task is verified in a container of the agent's container committed as an image. "shared"
+verifies inside the agent's container, as a harness that only shares does: the boot tool's own
+defences then stand alone.
+
+Before anything is built, tests/ must be what the exporter wrote (tests/SHA256SUMS, whose digest
+task.toml records), and the verifier's own files must be this miner's: a folder altered since is
+refused with the file named, and nothing is scored.
+
     results = check_tasks([Path("out/task-a"), Path("out/task-b")])
     bad = [r for r in results if not r.ok]
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -39,6 +53,9 @@ from miner.models import SolverView, content_id
 from miner.solver_view import judge, read_view, view_script
 
 REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
+VERIFIER_MODES = ("separate", "shared")
+ARTIFACTS = "/logs/artifacts"
+COLLECT_TIMEOUT = 600
 REWARD = "/logs/verifier/reward.txt"
 VERDICT = "/logs/verifier/verdict.json"
 BOOT_REJECT = re.compile(r"^verifier: REJECT: (.+)$", re.MULTILINE)  # boot.c's reasons for not running it
@@ -144,6 +161,12 @@ def tar_folder(folder: Path, arcname: str) -> bytes:
     return buf.getvalue()
 
 
+def separate_verifier(config: dict) -> bool:
+    """Whether the task declares Harbor's separate verifier environment."""
+    verifier = config.get("verifier", {})
+    return verifier.get("environment_mode") == "separate" or "environment" in verifier
+
+
 def repair_network(config: dict) -> bool:
     """Whether the task declares that its repair needs the network: Harbor's own policy when set
     (public, or an allowlist), else miner's [metadata] (allowed hosts; a task without evidence,
@@ -178,6 +201,16 @@ def read_file(container, path: str) -> bytes | None:  # noqa: ANN001 - a docker 
         return handle.read() if handle else None
 
 
+def discard(container) -> None:  # noqa: ANN001 - a docker Container
+    """Remove a container, gone already or not."""
+    import docker.errors
+
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+
+
 def parse_reward(raw: bytes | None) -> float | None:
     """A reward file's value as Harbor reads it (None when missing, empty or not a number)."""
     try:
@@ -189,9 +222,13 @@ def parse_reward(raw: bytes | None) -> float | None:
 class Checker:
     """Builds task images and runs the nop and oracle scenarios in fresh containers."""
 
-    def __init__(self, client=None, keep_images: bool = False, defer_removal: bool = False) -> None:  # noqa: ANN001
+    def __init__(self, client=None, keep_images: bool = False, defer_removal: bool = False,  # noqa: ANN001
+                 verifier_mode: str = "separate") -> None:
         from miner.sandbox.docker.images import docker_client
 
+        if verifier_mode not in VERIFIER_MODES:
+            raise ValueError(f"verifier mode must be one of {', '.join(VERIFIER_MODES)}, not {verifier_mode!r}")
+        self.verifier_mode = verifier_mode
         self.client = client or docker_client()
         self.keep_images = keep_images
         # Builds running side by side share cached layers: removing one task's image then would
@@ -263,7 +300,44 @@ class Checker:
         log = (read_file(container, "/tmp/miner-solve.log") or b"").decode(errors="replace")
         return f"solve.sh {'ran out of time' if code is None else f'exited {code}'}: {log[-400:]}\n"
 
-    def verify(self, container, task_dir: Path, config: dict) -> Scenario:  # noqa: ANN001
+    def verify(self, container, task_dir: Path, config: dict, image: str) -> Scenario:  # noqa: ANN001
+        """Run the verifier on the agent's container `container` (of the task image `image`) in the
+        checker's verifier mode (see the module's docstring)."""
+        if self.verifier_mode == "shared":
+            return self.verify_in(container, task_dir, config)
+        start = time.monotonic()
+        fresh, snapshot = self.clean_copy(container, task_dir, config, image)
+        try:
+            result = self.verify_in(fresh, task_dir, config)
+        finally:
+            discard(fresh)
+            if snapshot:
+                self.client.images.remove(snapshot, force=True)
+        result.seconds = round(time.monotonic() - start, 2)
+        return result
+
+    def clean_copy(self, container, task_dir: Path, config: dict, image: str):  # noqa: ANN001, ANN201
+        """A fresh container holding the agent's state and none of its processes, and the snapshot
+        image made for it (None when it is the task's own image); the agent's container is gone."""
+        if separate_verifier(config):  # as Harbor: collect, stop the agent, carry /logs/artifacts over
+            for hook in config.get("verifier", {}).get("collect", []):
+                limit = float(hook.get("timeout_sec") or COLLECT_TIMEOUT)
+                self.run(container, ["bash", "-c", hook["command"]], limit)
+            try:
+                stream, _ = container.get_archive(ARTIFACTS)
+                artifacts = b"".join(stream)
+            except Exception:  # noqa: BLE001 - docker.errors.NotFound: nothing was collected
+                artifacts = b""
+            discard(container)
+            fresh = self.start(image, task_dir)
+            if artifacts:
+                fresh.put_archive("/logs", artifacts)
+            return fresh, None
+        snapshot = container.commit(changes=["LABEL miner.purpose=check-snapshot"]).id
+        discard(container)
+        return self.start(snapshot, task_dir), snapshot
+
+    def verify_in(self, container, task_dir: Path, config: dict) -> Scenario:  # noqa: ANN001
         """Upload tests/ and run tests/test.sh as Harbor's verifier does; read the reward and verdict."""
         result = Scenario()
         start = time.monotonic()
@@ -301,11 +375,11 @@ class Checker:
         try:
             note = self.solve(container, task_dir, config) if with_solution else ""
             seen = self.solver_view(container, view, users, fixed=with_solution)
-            result = self.verify(container, task_dir, config)
+            result = self.verify(container, task_dir, config, image)
             result.view = seen
             result.output = note + result.output
         finally:
-            container.remove(force=True)
+            discard(container)
         result.seconds = round(time.monotonic() - start, 2)
         return result
 
@@ -313,6 +387,7 @@ class Checker:
         result = CheckResult(path=task_dir)
         try:
             config = read_config(task_dir)
+            check_tests_folder(task_dir, config)
             result.name = config["task"]["name"]
             read_solver_view(task_dir)  # before the build: a task without one is named at once
             start = time.monotonic()
@@ -344,10 +419,39 @@ def task_dirs(paths: list[Path]) -> list[Path]:
     return found
 
 
+def check_tests_folder(task_dir: Path, config: dict) -> None:
+    """CheckError naming the first file of tests/ that differs from what the exporter wrote (its
+    SHA256SUMS, whose digest task.toml holds), and any verifier file that is not this miner's."""
+    from miner.export.common import TESTS_DIGEST_KEY, VERIFIER_FILES, asset, tests_sums
+
+    tests = task_dir / "tests"
+    recorded = config.get("metadata", {}).get(TESTS_DIGEST_KEY)
+    sums_path = tests / "SHA256SUMS"
+    if not recorded or not sums_path.is_file():
+        raise CheckError("tests/ carries no SHA256SUMS recorded in task.toml: exported by an older miner (export "
+                         "it again)")
+    sums = sums_path.read_bytes()
+    if hashlib.sha256(sums).hexdigest() != recorded:
+        raise CheckError("tests/SHA256SUMS was altered since the export (its digest is not task.toml's): "
+                         "nothing is scored")
+    files = {p.relative_to(tests).as_posix(): p.read_bytes() for p in sorted(tests.rglob("*"))
+             if p.is_file() and p.name != "SHA256SUMS"}
+    expected = dict(line.split("  ", 1)[::-1] for line in sums.decode().splitlines() if "  " in line)
+    now = dict(line.split("  ", 1)[::-1] for line in tests_sums(files).decode().splitlines())
+    for name in sorted(set(expected) | set(now)):
+        if expected.get(name) != now.get(name):
+            what = "was removed" if name not in now else "was added" if name not in expected else "was altered"
+            raise CheckError(f"tests/{name} {what} since the export: nothing is scored")
+    for name in VERIFIER_FILES:
+        if name in files and files[name] != asset(name):
+            raise CheckError(f"tests/{name} is not this miner's verifier file (altered, or exported by another "
+                             "version: export it again): nothing is scored")
+
+
 def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | None = None,
-                client=None, jobs: int = 1) -> list[CheckResult]:  # noqa: ANN001
+                client=None, jobs: int = 1, verifier_mode: str = "separate") -> list[CheckResult]:  # noqa: ANN001
     """Check every task folder named by `paths` (see task_dirs), `jobs` at a time; results in their order."""
-    checker = Checker(client, defer_removal=jobs > 1)
+    checker = Checker(client, defer_removal=jobs > 1, verifier_mode=verifier_mode)
 
     def one(task_dir: Path) -> CheckResult:
         result = checker.check(task_dir)

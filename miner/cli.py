@@ -983,10 +983,14 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
               help="harbor: a task also declares the network its repair needs as Harbor's [environment] "
                    "network_mode/allowed_hosts (Harbor's docker environment then needs its egress-control "
                    "sidecar); compose: an offline task's compose file cuts its network.")
+@click.option("--verifier-mode", type=click.Choice(["separate", "shared"]), default="separate", show_default=True,
+              help="Harbor: separate runs the verifier in a fresh container of the task's image, the agent's "
+                   "changes carried over as data and none of its processes; shared in the agent's container.")
 @click.pass_context
 def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], categories: tuple[str, ...],
            repo: str | None, difficulty: str | None, variant: str, limit: int | None, evidence: tuple[str, ...],
-           offline: bool, overwrite: bool, org: str, base_image: str, network_policy: str) -> None:
+           offline: bool, overwrite: bool, org: str, base_image: str, network_policy: str,
+           verifier_mode: str) -> None:
     """Export stored tasks in bulk; rerunning it leaves existing folders alone (or rewrites them identically)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -994,7 +998,7 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], cate
 
     try:
         options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite, network_policy=network_policy,
-                                variant=variant)
+                                variant=variant, verifier_mode=verifier_mode)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--org") from None
     to_stdout = out == Path("-")
@@ -1054,22 +1058,29 @@ def solver_view_cell(result: CheckResult) -> str:
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Tasks checked at the same time (with --attacks: shortcuts run at the same time), "
                    "one container each.")
+@click.option("--verifier-mode", type=click.Choice(["separate", "shared"]), default="separate", show_default=True,
+              help="separate: verify in a fresh container holding the agent's changes and none of its "
+                   "processes (as the task declares: Harbor's collect and artifacts, or a committed snapshot); "
+                   "shared: inside the agent's container, as a harness that only shares does.")
+@click.option("--generated", is_flag=True,
+              help="With --attacks: also the generated shortcuts (every hook point with every payload).")
 def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tuple[Path, ...], only: tuple[str, ...],
-          jobs: int) -> None:
+          jobs: int, verifier_mode: str, generated: bool) -> None:
     """Check exported Harbor tasks in Docker: the verifier scores 0 untouched and 1 after solution/solve.sh.
 
     DIRS are task folders, or folders holding task folders. With --attacks, every shortcut of the
-    catalogue runs too (as the agent, before the verifier) and must score 0.
+    catalogue runs too (as the agent, before the verifier) and must score 0. A task folder whose
+    tests/ changed since the export is refused, the file named, and nothing of it is scored.
     """
     from miner.check import check_tasks, task_dirs
 
     if not task_dirs(list(dirs)):
         raise click.ClickException(f"no exported task in {', '.join(map(str, dirs))} "
                                    "(a task folder holds task.toml; give it or the folder holding it)")
-    if attacks or attack_files or only:
-        return check_attacks(list(dirs), list(attack_files), list(only), jobs, as_json)
+    if attacks or attack_files or only or generated:
+        return check_attacks(list(dirs), list(attack_files), list(only), jobs, as_json, verifier_mode, generated)
     console = make_console()
-    results = check_tasks(list(dirs), jobs=jobs, on_result=lambda r: as_json or console.print(
+    results = check_tasks(list(dirs), jobs=jobs, verifier_mode=verifier_mode, on_result=lambda r: as_json or console.print(
         f"{'[green]ok[/green]' if r.ok else '[red]FAIL[/red]'} {escape(str(r.name or r.path))}"))
     if as_json:
         print_json([{"path": str(r.path), "name": r.name, "ok": r.ok, "reason": r.reason,
@@ -1091,11 +1102,12 @@ def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tu
         raise click.ClickException("; ".join(f"{r.name or r.path}: {r.reason}" for r in failing))
 
 
-def check_attacks(dirs: list[Path], attack_files: list[Path], only: list[str], jobs: int, as_json: bool) -> None:
+def check_attacks(dirs: list[Path], attack_files: list[Path], only: list[str], jobs: int, as_json: bool,
+                  verifier_mode: str, generated: bool) -> None:
     """`check --attacks`: the baseline and every shortcut per task; a table per task and per shortcut."""
     from miner.attacks import attack_tasks, load_catalogue, report_json
 
-    catalogue = load_catalogue(attack_files).select(only)
+    catalogue = load_catalogue(attack_files, generated=generated).select(only)
     console = make_console()
 
     def progress(report, outcome) -> None:  # noqa: ANN001
@@ -1103,7 +1115,7 @@ def check_attacks(dirs: list[Path], attack_files: list[Path], only: list[str], j
             mark = "[red]SCORED[/red]" if outcome.scored else "0"
             console.print(f"{escape(report.name)} {outcome.attack.id}: {mark} ({outcome.seconds:.0f}s)")
 
-    reports = attack_tasks(dirs, catalogue, jobs=jobs, on_outcome=progress)
+    reports = attack_tasks(dirs, catalogue, jobs=jobs, on_outcome=progress, verifier_mode=verifier_mode)
     data = report_json(reports)
     if as_json:
         print_json(data)

@@ -292,7 +292,7 @@ def test_bytecode_is_cleared_under_the_roots_only(tmp_path: Path) -> None:
 
 def test_the_runtime_list_holds_the_interpreter_and_what_must_not_exist(tmp_path: Path) -> None:
     system = load_system()
-    entries = {path: (kind, digest) for kind, digest, path in system.runtime_list("/bin/bash", None, (str(tmp_path),))}
+    entries = {path: (kind, digest) for kind, digest, path in system.runtime_list(("/bin/bash",), None, (str(tmp_path),))}
     executable = os.path.realpath(sys.executable)
     assert entries[executable] == ("F", system.sha256_file(executable))
     assert entries[os.path.join(os.path.dirname(executable), "pybuilddir.txt")] == ("A", "-")

@@ -8,17 +8,34 @@
  *
  *   boot score --list FILE --reward PATH --python PATH [--deadline SECONDS] [--no-kill]
  *              [--kill-ancestors] [--summary-line] -- SCRIPT ARGS...
+ *       0. makes itself undumpable (no process of its uid can attach to it from now on) and refuses
+ *          to score when it is traced already; stops its ancestors (the harness's shells, which
+ *          read startup files the agent could write) and refuses to score when one is traced or
+ *          maps code the healthy image lacks; checks that PID 1 (which no process of the container
+ *          can stop or kill) is untraced and runs, in every executable mapping, the bytes of its
+ *          file (no code injected);
  *       1. kills every process but PID 1, this tool's ancestors and the container's keep-alive
- *          sleep (a healthy binary, child of PID 1, untraced, nothing foreign mapped executable);
- *       2. removes reward.txt and reward.json;
+ *          sleep (a healthy binary, child of PID 1, untraced, nothing foreign mapped executable),
+ *          which it stops instead: none of them runs again. A process is a thread group: one
+ *          whose leader exited (state Z) while another thread runs is killed too;
+ *       2. makes the reward folder a real folder this tool can write (its mode reset), and removes
+ *          reward.txt and reward.json, whatever they are (a folder of mode 000 included);
+ *       2b. with --restore DIR (a separate verifier's fresh container), carries the agent's changes
+ *          in first: PYTHON -I -S -B restore.py DIR (see restore.py);
  *       3. checks every entry of FILE against the healthy image: the interpreter, the dynamic
  *          loader, its cache, configuration and preload file, the libraries and standard-library
  *          modules the verifier loads, the folders Python searches, files that must not exist;
- *       4. runs PYTHON -I -S -B SCRIPT ARGS --verdict-fd 3 --boot SELF --kill and reads the
- *          verdict ("1" or "0") from that pipe, within the deadline;
+ *       4. runs PYTHON -I -S -B SCRIPT ARGS --verdict-fd 3 --boot SELF --kill, in an environment of
+ *          its own (PATH and HOME: nothing the harness's shells exported), and reads the verdict
+ *          ("1" or "0") from that pipe, within the deadline;
  *       5. kills every process again and checks that no survivor holds the reward files open;
- *       6. writes the reward file once, atomically: 1 only when 3 passed and the verdict was 1;
+ *       6. writes the reward file atomically (0 already right after step 1, so that a run cut short
+ *          leaves 0): 1 only when 0 and 3 passed and the verdict was 1, and reads it back: a
+ *          reward file it could not replace is reported, never trusted;
  *       7. with --kill-ancestors, kills the shells that started it (none of them may write later).
+ *   boot script FILE               `score` with the options on FILE's "# boot: score ..." line: test.sh's
+ *                                  interpreter (#!/tests/boot script), so no shell runs the verifier
+ *   boot sweep --list FILE         step 1 alone (the verifier calls it after the tests)
  *   boot drop -- PROGRAM ARGS...   no new privileges and no capabilities, then exec PROGRAM
  *   boot env0 FILE                 this environment, NUL-separated, into FILE
  *   boot sha256 FILE...            print each file's sha256 (as the list's F entries compare it)
@@ -425,11 +442,8 @@ static long read_small(const char *path) {
     return used;
 }
 
-/* parent pid and state letter from /proc/PID/stat ("pid (comm) S ppid ..."; comm may hold anything) */
-static long stat_of(long pid, char *state) {
-    char path[64], num[24];
-    fmt_long(num, pid);
-    cat(path, sizeof path, "/proc/", num, "/stat");
+/* parent pid and state letter from a stat file ("pid (comm) S ppid ..."; comm may hold anything) */
+static long stat_at(const char *path, char *state) {
     long n = read_small(path);
     if (n <= 0) return -1;
     char *p = small + n;
@@ -437,6 +451,48 @@ static long stat_of(long pid, char *state) {
     if (*p != ')' || p[1] != ' ') return -1;
     if (state) *state = p[2];
     return parse_long(p + 4);
+}
+
+static void proc_path(char *dst, size_t cap, long pid, const char *leaf) {
+    char num[24];
+    fmt_long(num, pid);
+    cat(dst, cap, "/proc/", num, leaf);
+}
+
+static long stat_of(long pid, char *state) {
+    char path[64];
+    proc_path(path, sizeof path, pid, "/stat");
+    return stat_at(path, state);
+}
+
+/* a number field of /proc/PID/status ("TracerPid:", "Threads:"), or -1 */
+static long status_field(long pid, const char *field) {
+    char path[64];
+    proc_path(path, sizeof path, pid, "/status");
+    if (read_small(path) <= 0) return -1;
+    size_t n = slen(field);
+    for (char *p = small; *p; p++)
+        if ((p == small || p[-1] == '\n') && starts(p, field)) {
+            p += n;
+            while (*p == ' ' || *p == '\t') p++;
+            return parse_long(p);
+        }
+    return -1;
+}
+
+/* Does some thread of PID's thread group still run? A leader that exited shows state Z while the
+ * other threads of its group go on: such a process is alive. */
+static int group_runs(long pid) {
+    char dir[64], tid_dir[128], path[160];
+    proc_path(dir, sizeof dir, pid, "/task");
+    int count = read_names(dir, 0);
+    for (int i = 0; i < count; i++) {
+        char state = 0;
+        cat(tid_dir, sizeof tid_dir, dir, "/", names[i]);
+        cat(path, sizeof path, tid_dir, "/stat", 0);
+        if (stat_at(path, &state) >= 0 && state != 'Z' && state != 'X') return 1;
+    }
+    return 0;
 }
 
 static long keep[4096];
@@ -458,65 +514,178 @@ static void find_ancestors(void) {
     }
 }
 
-/* The container's keep-alive program: a child of PID 1, untraced, running a K program whose
- * bytes are the healthy ones, with nothing executable mapped but verified files. */
-static int keep_alive(long pid) {
-    char path[64], num[24], hex[65];
-    fmt_long(num, pid);
-    if (stat_of(pid, 0) != 1) return 0;
-    cat(path, sizeof path, "/proc/", num, "/status");
-    if (read_small(path) <= 0) return 0;
-    for (char *p = small; *p; p++)
-        if (starts(p, "TracerPid:")) {
-            p += 10;
-            while (*p == ' ' || *p == '\t') p++;
-            if (*p != '0') return 0;
+/* One line of /proc/PID/maps: "start-end perms offset dev inode   path". */
+struct mapping {
+    unsigned long start, end, offset;
+    int exec;
+    const char *file;
+};
+
+static unsigned long parse_hex(const char **s) {
+    unsigned long v = 0;
+    for (;; (*s)++) {
+        char c = **s;
+        if (c >= '0' && c <= '9') v = v * 16 + (unsigned long)(c - '0');
+        else if (c >= 'a' && c <= 'f') v = v * 16 + (unsigned long)(c - 'a' + 10);
+        else return v;
+    }
+}
+
+static void parse_mapping(char *line, struct mapping *m) {
+    const char *p = line;
+    m->start = parse_hex(&p);
+    if (*p == '-') p++;
+    m->end = parse_hex(&p);
+    while (*p == ' ') p++;
+    m->exec = p[0] && p[1] && p[2] == 'x';
+    while (*p && *p != ' ') p++;
+    while (*p == ' ') p++;
+    m->offset = parse_hex(&p);
+    for (int field = 0; field < 2; field++) { /* dev, inode */
+        while (*p == ' ') p++;
+        while (*p && *p != ' ') p++;
+    }
+    while (*p == ' ') p++;
+    m->file = p;
+}
+
+static int is_special_mapping(const char *file) {
+    return !scmp(file, "[vdso]") || !scmp(file, "[vsyscall]");
+}
+
+static char maps_copy[1 << 16];
+static unsigned char mem_buf[1 << 15], file_buf[1 << 15];
+
+/* The bytes of one executable mapping are those of its file at its offset (beyond the file's end:
+ * zeros), read through /proc/PID/mem: code written into the process (ptrace, /proc/PID/mem) is
+ * found even where the mapping still names the healthy file. */
+static int mapping_intact(long pid, int mem, const struct mapping *m, const char *exe) {
+    char path[4096];
+    if (exe && !scmp(m->file, exe)) {
+        proc_path(path, sizeof path, pid, "/exe"); /* the program's own bytes, even when its file was replaced */
+    } else { /* a file replaced since it was mapped: its path now (the runtime list verifies that file) */
+        cat(path, sizeof path, m->file, 0, 0);
+        size_t n = slen(path), tail = slen(" (deleted)");
+        if (n > tail && !scmp(path + n - tail, " (deleted)")) path[n - tail] = 0;
+    }
+    int fd = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    int ok = 1;
+    for (unsigned long at = m->start; ok && at < m->end;) {
+        long want = (long)(m->end - at) < (long)sizeof mem_buf ? (long)(m->end - at) : (long)sizeof mem_buf;
+        long got = sc4(SYS_pread64, mem, mem_buf, want, (long)at);
+        if (got <= 0) {
+            ok = 0;
             break;
         }
-    cat(path, sizeof path, "/proc/", num, "/exe");
-    if (hash_file(path, hex) != 0) return 0; /* the bytes it runs, even when its file was replaced since */
-    char exe[4096];
-    long exe_len = sys_readlink(path, exe, sizeof exe - 1);
-    exe[exe_len > 0 ? exe_len : 0] = 0;
-    int known = 0;
-    for (int i = 0; i < n_entries; i++)
-        if (entries[i].kind == 'K' && !scmp(entries[i].hash, hex)) known = 1;
-    if (!known) return 0;
-    cat(path, sizeof path, "/proc/", num, "/maps");
-    if (read_small(path) <= 0) return 0;
-    for (char *line = small; *line;) {
+        long have = sc4(SYS_pread64, fd, file_buf, got, (long)(m->offset + (at - m->start)));
+        if (have < 0) have = 0;
+        for (long i = 0; i < got; i++)
+            if (mem_buf[i] != (i < have ? file_buf[i] : 0)) {
+                ok = 0;
+                break;
+            }
+        at += (unsigned long)got;
+    }
+    sys_close(fd);
+    return ok;
+}
+
+/* What is wrong with the code PID runs (0 when nothing): traced, an executable mapping of no file or
+ * of a file not verified (with `verified_only`), or bytes in memory that its file does not hold. */
+static const char *code_fault(long pid, int verified_only, const char *exe_or_null) {
+    char path[64], exe_buf[4096];
+    const char *exe = exe_or_null;
+    if (!exe) {
+        proc_path(path, sizeof path, pid, "/exe");
+        long len = sys_readlink(path, exe_buf, sizeof exe_buf - 1);
+        exe_buf[len > 0 ? len : 0] = 0;
+        exe = exe_buf;
+    }
+    if (status_field(pid, "TracerPid:") != 0) return "is traced by another process";
+    proc_path(path, sizeof path, pid, "/maps");
+    long n = read_small(path);
+    if (n <= 0) return "has no readable memory map";
+    memcpy(maps_copy, small, (size_t)n + 1);
+    proc_path(path, sizeof path, pid, "/mem");
+    int mem = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (mem < 0) return "has a memory this tool cannot read";
+    const char *fault = 0;
+    for (char *line = maps_copy; *line && !fault;) {
         char *end = line;
         while (*end && *end != '\n') end++;
         char *next = *end ? end + 1 : end;
         *end = 0;
-        /* "start-end perms offset dev inode   path" */
-        char *f = line;
-        int field = 0;
-        char *perms = 0, *file = 0;
-        while (*f && field < 5) {
-            while (*f == ' ') f++;
-            if (field == 1) perms = f;
-            while (*f && *f != ' ') f++;
-            field++;
-        }
-        while (*f == ' ') f++;
-        file = f;
-        if (perms && perms[2] == 'x' && scmp(file, "[vdso]") && scmp(file, "[vsyscall]") && scmp(file, exe) &&
-            !is_verified_file(file))
-            return 0;
+        struct mapping m;
+        parse_mapping(line, &m);
         line = next;
+        if (!m.exec || is_special_mapping(m.file)) continue;
+        if (m.file[0] != '/') fault = "runs code mapped from no file (injected)";
+        else if (verified_only && !is_verified_file(m.file) && scmp(m.file, exe))
+            fault = "runs code from a file the healthy image's runtime list does not hold";
+        else if (!mapping_intact(pid, mem, &m, exe)) fault = "runs code that differs from its file (injected)";
     }
-    return 1;
+    sys_close(mem);
+    return fault;
 }
 
-/* SIGKILL every process of the container but PID 1, the ancestors and healthy keep-alives. */
-static long kill_strays(void) {
-    long self = sys_getpid(), killed = 0;
+/* The container's keep-alive program: a child of PID 1 running a K program whose bytes are the
+ * healthy ones, with nothing executable mapped but verified files, each intact in memory. */
+static int keep_alive(long pid) {
+    char path[64], hex[65], exe[4096];
+    if (stat_of(pid, 0) != 1) return 0;
+    proc_path(path, sizeof path, pid, "/exe");
+    if (hash_file(path, hex) != 0) return 0; /* the bytes it runs, even when its file was replaced since */
+    int known = 0;
+    for (int i = 0; i < n_entries; i++)
+        if (entries[i].kind == 'K' && !scmp(entries[i].hash, hex)) known = 1;
+    if (!known) return 0;
+    long exe_len = sys_readlink(path, exe, sizeof exe - 1);
+    exe[exe_len > 0 ? exe_len : 0] = 0;
+    return code_fault(pid, 1, exe) == 0;
+}
+
+static void keep_ancestors(void) {
     find_ancestors();
     n_keep = 0;
     keep[n_keep++] = 1;
     for (int i = 0; i < n_ancestors; i++) keep[n_keep++] = ancestors[i];
-    (void)self;
+}
+
+/* SIGSTOP every process but PID 1 and the ancestors until none runs: nothing of the agent's acts
+ * while the reward files are cleared and the rest is looked at. */
+static void freeze_strays(void) {
+    keep_ancestors();
+    for (int round = 0; round < 50; round++) {
+        int fd = sys_open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+        if (fd < 0) return;
+        long running = 0, n;
+        static unsigned char buf[1 << 15];
+        while ((n = sys_getdents(fd, buf, sizeof buf)) > 0) {
+            for (long off = 0; off < n;) {
+                struct dirent64_ *d = (struct dirent64_ *)(buf + off);
+                off += d->reclen;
+                if (d->name[0] < '0' || d->name[0] > '9') continue;
+                long pid = parse_long(d->name);
+                char state = 0;
+                if (kept(pid) || stat_of(pid, &state) < 0 || state == 'T' || state == 't') continue;
+                if ((state == 'Z' || state == 'X') && !group_runs(pid)) continue;
+                sys_kill(pid, SIGSTOP);
+                running++;
+            }
+        }
+        sys_close(fd);
+        if (!running) return;
+        pause_ms(20);
+    }
+}
+
+/* SIGKILL every process of the container but PID 1, the ancestors and healthy keep-alives, which
+ * are stopped (SIGSTOP) before they are looked at and never continued: killing the container's
+ * keep-alive would end the container, and the reward with it. */
+static long kill_strays(void) {
+    long killed = 0;
+    keep_ancestors();
     for (int round = 0; round < 50; round++) {
         int fd = sys_open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
         if (fd < 0) return killed;
@@ -529,10 +698,14 @@ static long kill_strays(void) {
                 if (d->name[0] < '0' || d->name[0] > '9') continue;
                 long pid = parse_long(d->name);
                 char state = 0;
-                if (kept(pid) || stat_of(pid, &state) < 0 || state == 'Z' || state == 'X') continue;
-                if (n_keep < 4096 && keep_alive(pid)) {
-                    keep[n_keep++] = pid;
-                    continue;
+                if (kept(pid) || stat_of(pid, &state) < 0) continue;
+                if ((state == 'Z' || state == 'X') && !group_runs(pid)) continue; /* a corpse, nothing runs */
+                if (state != 'Z' && n_keep < 4096 && stat_of(pid, 0) == 1) {
+                    sys_kill(pid, SIGSTOP);
+                    if (keep_alive(pid)) {
+                        keep[n_keep++] = pid;
+                        continue;
+                    }
                 }
                 if (sys_kill(pid, SIGKILL) == 0) found++;
             }
@@ -545,14 +718,41 @@ static long kill_strays(void) {
     return killed;
 }
 
+/* Step 0: the processes a sweep cannot kill. The ancestors (but this tool and PID 1) are stopped and
+ * must be untraced, running verified code intact in memory; PID 1 must be untraced and intact.
+ * Each fault is named; the count is returned. */
+static int check_survivors(void) {
+    int bad = 0;
+    char num[24];
+    find_ancestors();
+    for (int k = 1; k < n_ancestors; k++)
+        if (ancestors[k] != 1) sys_kill(ancestors[k], SIGSTOP);
+    for (int k = 1; k < n_ancestors; k++) {
+        if (ancestors[k] == 1) continue;
+        const char *fault = code_fault(ancestors[k], 1, 0);
+        if (fault) {
+            char who[128];
+            fmt_long(num, ancestors[k]);
+            cat(who, sizeof who, "a shell that started the verifier (pid ", num, ") ");
+            say("verifier: REJECT: ", who, fault);
+            bad++;
+        }
+    }
+    const char *fault = code_fault(1, 0, 0);
+    if (fault) {
+        say("verifier: REJECT: the container's first process (pid 1) ", fault, 0);
+        bad++;
+    }
+    return bad;
+}
+
 /* does a surviving process (other than this one) hold one of the reward files open? */
 static int reward_held(const char **paths, int n_paths) {
-    char dir[64], num[24], link[64], target[4096];
+    char dir[64], link[64], target[4096];
     long self = sys_getpid();
     for (int i = 0; i < n_keep; i++) {
         if (keep[i] == self) continue;
-        fmt_long(num, keep[i]);
-        cat(dir, sizeof dir, "/proc/", num, "/fd");
+        proc_path(dir, sizeof dir, keep[i], "/fd");
         int count = read_names(dir, 0);
         for (int j = 0; j < count; j++) {
             cat(link, sizeof link, dir, "/", names[j]);
@@ -571,11 +771,19 @@ static int reward_held(const char **paths, int n_paths) {
 
 /* -- the reward file -------------------------------------------------------------------------------- */
 
+static int sys_chmod(const char *path, int mode) { return (int)sc4(SYS_fchmodat, AT_CWD, path, mode, 0); }
+
+static long moved_aside;
+
+/* Remove a file or folder tree. A folder is made writable and searchable first (this tool has no
+ * CAP_DAC_OVERRIDE: a folder of mode 000 would stop it); what cannot be removed (nested too deep)
+ * is renamed aside within its folder, so that its name is free. */
 static void remove_tree(const char *path, int depth) {
     struct stat st;
     if (sys_lstat(path, &st) < 0) return;
     if (S_ISDIR(st.st_mode) && depth < 8) {
         static char child[4096];
+        sys_chmod(path, 0700);
         int count = read_names(path, 0);
         /* names[] is reused by the recursion: copy this level's names first */
         static char copy[8][1 << 14];
@@ -594,8 +802,15 @@ static void remove_tree(const char *path, int depth) {
             remove_tree(child, depth + 1);
         }
         sys_unlink(path, AT_REMOVEDIR);
-    } else {
+    } else if (!S_ISDIR(st.st_mode)) {
         sys_unlink(path, 0);
+    }
+    if (depth == 0 && sys_lstat(path, &st) == 0) {
+        char aside[4096], num[24];
+        fmt_long(num, sys_getpid() * 1000 + moved_aside++);
+        cat(aside, sizeof aside, path, ".refused-", num);
+        if (S_ISDIR(st.st_mode)) sys_chmod(path, 0700); /* renaming a folder rewrites its ".." */
+        sys_rename(path, aside);
     }
 }
 
@@ -606,7 +821,9 @@ static void dirname_of(const char *path, char *dir, size_t cap) {
     dir[n > 1 ? n - 1 : n] = 0;
 }
 
-/* the reward folder as a real folder (a symlink planted there is removed first) */
+/* the reward folder as a real folder this tool can write: a symlink planted there is removed, and
+   the mode of a folder it owns reset (root without CAP_DAC_OVERRIDE cannot write into a folder of
+   mode 555, but as its owner it may change the mode) */
 static int reward_folder(const char *reward, char *dir, size_t cap) {
     struct stat st;
     dirname_of(reward, dir, cap);
@@ -618,7 +835,9 @@ static int reward_folder(const char *reward, char *dir, size_t cap) {
             dir[i] = '/';
         }
     sys_mkdir(dir, 0755);
-    return sys_lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+    if (sys_lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return -1;
+    if ((long)st.st_uid == sc0(SYS_geteuid) && (st.st_mode & 07777) != 0755) sys_chmod(dir, 0755);
+    return 0;
 }
 
 /* at the start (verdict too: only this run's details may be read) and before the reward is
@@ -636,16 +855,41 @@ static void clear_rewards(const char *reward, int verdict) {
     remove_tree(path, 0);
 }
 
+/* the reward file holds exactly `want` and no reward.json stands beside it */
+static int reward_reads(const char *reward, const char *want) {
+    char dir[4096], json[4096], got[8] = {0};
+    struct stat st;
+    dirname_of(reward, dir, sizeof dir);
+    cat(json, sizeof json, dir, "/reward.json", 0);
+    if (sys_lstat(json, &st) == 0 || sys_lstat(reward, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    int fd = sys_open(reward, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    long n = sys_read(fd, got, sizeof got - 1);
+    sys_close(fd);
+    return n == 2 && got[0] == want[0] && got[1] == '\n';
+}
+
+/* Write the reward once, atomically, and read it back; -1 when the file Harbor reads does not say
+ * `value` (what was found there is then overwritten with 0 where it can be, never trusted). */
 static int write_reward(const char *reward, int value) {
     char dir[4096], tmp[4096];
+    const char *text = value ? "1\n" : "0\n";
     clear_rewards(reward, 0);
     if (reward_folder(reward, dir, sizeof dir) < 0) return -1;
     cat(tmp, sizeof tmp, reward, ".tmp", 0);
     int fd = sys_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return -1;
-    sys_write(fd, value ? "1\n" : "0\n", 2);
-    sys_close(fd);
-    return sys_rename(tmp, reward);
+    if (fd >= 0) {
+        sys_write(fd, text, 2);
+        sys_close(fd);
+        sys_rename(tmp, reward);
+    }
+    if (reward_reads(reward, text)) return 0;
+    fd = sys_open(reward, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd >= 0) {
+        sys_write(fd, "0\n", 2);
+        sys_close(fd);
+    }
+    return -1;
 }
 
 /* -- exec --------------------------------------------------------------------------------------------- */
@@ -738,7 +982,7 @@ static int cmd_ancestors(void) {
 /* -- score ---------------------------------------------------------------------------------------------- */
 
 struct options {
-    const char *list, *reward, *python;
+    const char *list, *reward, *python, *restore;
     long deadline;
     int kill, kill_ancestors, summary;
     char **script;
@@ -750,10 +994,32 @@ static void summary_line(int ok) {
     say(ok ? "PASSED" : "FAILED", " tests/verifier.py::test_environment_repaired", 0);
 }
 
+/* The environment the boot tool's children start with: nothing of the inherited one (the shells
+   before this tool read startup files the agent could write). */
+static char *clean_env[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", 0};
+
+/* --restore DIR (the verifier mode "separate"): PYTHON -I -S -B restore.py DIR, next to the verifier,
+   writes what the agent changed over this fresh container before anything is checked; non-zero
+   when it could not (it says why). */
+static int restore_changes(struct options *o) {
+    char script[4096];
+    dirname_of(o->script[0], script, sizeof script);
+    cat(script, sizeof script, script, "/restore.py", 0);
+    char *argv[] = {(char *)o->python, "-I", "-S", "-B", script, (char *)o->restore, 0};
+    long pid = sc5(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) {
+        sc3(SYS_execve, o->python, argv, clean_env);
+        say("verifier: cannot run ", o->python, 0);
+        sys_exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || sc4(SYS_wait4, pid, &status, 0, 0) != pid) return 1;
+    return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* Run the verifier; its verdict (1 when the pipe says exactly "1\n" and it exited 0), or 0. */
 static int run_verifier(struct options *o) {
     static char *argv[256];
-    static char *envp[1024];
     char self[4096], pycache[128], hexr[65], opt_pyc[160];
     long len = sys_readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) return 0;
@@ -778,10 +1044,6 @@ static int run_verifier(struct options *o) {
     argv[a++] = self;
     if (o->kill) argv[a++] = "--kill";
     argv[a] = 0;
-    int e = 0;
-    for (char **p = environ_; *p && e < 1022; p++)
-        if (!starts(*p, "LD_")) envp[e++] = *p;
-    envp[e] = 0;
 
     int fds[2];
     if (sc2(SYS_pipe2, fds, 0) < 0) return 0;
@@ -792,7 +1054,7 @@ static int run_verifier(struct options *o) {
             sc3(SYS_dup3, fds[1], 3, 0);
             sys_close(fds[1]);
         }
-        sc3(SYS_execve, o->python, argv, envp);
+        sc3(SYS_execve, o->python, argv, clean_env); /* the verifier builds the tests' environment itself */
         say("verifier: cannot run ", o->python, 0);
         sys_exit(127);
     }
@@ -832,8 +1094,10 @@ static int run_verifier(struct options *o) {
            verdict[1] == '\n';
 }
 
+static int traced_at_start;
+
 static int cmd_score(int argc, char **argv) {
-    struct options o = {0, 0, 0, 3600, 1, 0, 0, 0, 0};
+    struct options o = {0, 0, 0, 0, 3600, 1, 0, 0, 0, 0};
     int i = 0;
     for (; i < argc; i++) {
         if (!scmp(argv[i], "--")) {
@@ -847,6 +1111,7 @@ static int cmd_score(int argc, char **argv) {
         else if (i + 1 < argc && !scmp(argv[i], "--reward")) o.reward = argv[++i];
         else if (i + 1 < argc && !scmp(argv[i], "--python")) o.python = argv[++i];
         else if (i + 1 < argc && !scmp(argv[i], "--deadline")) o.deadline = parse_long(argv[++i]);
+        else if (i + 1 < argc && !scmp(argv[i], "--restore")) o.restore = argv[++i];
         else {
             say("boot score: unknown option ", argv[i], 0);
             return 2;
@@ -859,16 +1124,23 @@ static int cmd_score(int argc, char **argv) {
     o.script = argv + i;
     o.n_script = argc - i;
 
-    int ok = load_list(o.list) == 0; /* first: it names the keep-alive program */
+    int load_list_failed = load_list(o.list) != 0; /* first: it names the keep-alive program */
+    int ok = !load_list_failed && !traced_at_start;
+    if (traced_at_start) say("verifier: REJECT: the boot tool is traced by another process", 0, 0);
+    if (o.kill && check_survivors()) ok = 0;
+    if (o.kill) freeze_strays();
+    /* reward 0 from now on, whatever ends this run early (the container stopped, the deadline) */
+    clear_rewards(o.reward, 1);
+    if (write_reward(o.reward, 0) < 0) ok = 0;
     if (o.kill) {
         char num[24];
         long killed = kill_strays();
         fmt_long(num, killed);
         if (killed) say("verifier: killed ", num, " process(es) left running in the container");
     }
-    clear_rewards(o.reward, 1);
+    if (ok && o.restore && restore_changes(&o)) ok = 0;
     long checked = now_ms();
-    if (!ok) say("verifier: REJECT: the runtime list ", o.list, " cannot be read");
+    if (load_list_failed) say("verifier: REJECT: the runtime list ", o.list, " cannot be read");
     else if (check_list()) ok = 0;
     char ms[24];
     fmt_long(ms, now_ms() - checked);
@@ -877,7 +1149,7 @@ static int cmd_score(int argc, char **argv) {
         say("verifier: the runtime the verifier runs on is the healthy one; starting ", o.python, 0);
         ok = run_verifier(&o);
     } else {
-        say("verifier: the verifier's runtime was tampered with: it does not run", 0, 0);
+        say("verifier: the verifier does not run (the reasons are above)", 0, 0);
     }
     if (o.kill) kill_strays();
     else find_ancestors(), n_keep = 0;
@@ -887,32 +1159,90 @@ static int cmd_score(int argc, char **argv) {
     cat(tmp, sizeof tmp, o.reward, ".tmp", 0);
     const char *held[] = {o.reward, json, tmp};
     if (o.kill && reward_held(held, 3)) ok = 0;
-    if (write_reward(o.reward, ok) < 0) say("verifier: cannot write ", o.reward, 0);
-    say("verifier: reward written once, by the boot tool: ", ok ? "1" : "0", 0);
-    if (o.summary) summary_line(ok);
-    if (o.kill_ancestors) { /* stopped first, outermost first: none can see another die and act */
-        for (int k = n_ancestors - 1; k >= 1; k--)
-            if (ancestors[k] != 1) sys_kill(ancestors[k], SIGSTOP);
-        for (int k = n_ancestors - 1; k >= 1; k--)
-            if (ancestors[k] != 1) sys_kill(ancestors[k], SIGKILL);
+    if (write_reward(o.reward, ok) < 0) {
+        say("verifier: REJECT: the reward file ", o.reward, " could not be replaced: reward 0, whatever it holds");
+        ok = 0;
+    } else {
+        say("verifier: reward written once, by the boot tool: ", ok ? "1" : "0", 0);
     }
+    if (o.summary) summary_line(ok);
+    for (int k = n_ancestors - 1; o.kill && k >= 1; k--) /* stopped since step 0 */
+        if (ancestors[k] != 1) sys_kill(ancestors[k], o.kill_ancestors ? SIGKILL : SIGCONT);
     return 0;
 }
 
 /* -- entry ------------------------------------------------------------------------------------------------ */
+
+/* `boot script FILE`: the options of `score` from FILE's "# boot: score ..." line, split at spaces
+   (test.sh's interpreter line names this tool: no shell runs before it). */
+static int cmd_script(int argc, char **argv) {
+    static char text[1 << 16];
+    static char *words[256];
+    if (argc < 1) {
+        say("boot script: usage: boot script FILE", 0, 0);
+        return 2;
+    }
+    int fd = sys_open(argv[argc - 1], O_RDONLY | O_CLOEXEC, 0);
+    long n = fd < 0 ? -1 : sys_read(fd, text, sizeof text - 1);
+    if (fd >= 0) sys_close(fd);
+    if (n <= 0) {
+        say("boot script: cannot read ", argv[argc - 1], 0);
+        return 2;
+    }
+    text[n] = 0;
+    for (char *line = text; *line;) {
+        char *end = line;
+        while (*end && *end != '\n') end++;
+        char *next = *end ? end + 1 : end;
+        *end = 0;
+        if (starts(line, "# boot: score ")) {
+            int count = 0;
+            for (char *p = line + 14; *p && count < 255;) {
+                while (*p == ' ') *p++ = 0;
+                if (!*p) break;
+                words[count++] = p;
+                while (*p && *p != ' ') p++;
+            }
+            return cmd_score(count, words);
+        }
+        line = next;
+    }
+    say("boot script: no \"# boot: score\" line in ", argv[argc - 1], 0);
+    return 2;
+}
+
+/* `boot sweep --list FILE`: step 1 alone (the list names the keep-alive program) */
+static int cmd_sweep(int argc, char **argv) {
+    char num[24];
+    if (argc != 2 || scmp(argv[0], "--list") || load_list(argv[1]) != 0) {
+        say("boot sweep: usage: boot sweep --list FILE (a readable runtime list)", 0, 0);
+        return 2;
+    }
+    long killed = kill_strays();
+    fmt_long(num, killed);
+    if (killed) say("verifier: killed ", num, " process(es) left running in the container");
+    return 0;
+}
 
 int cmain(long *sp) {
     int argc = (int)sp[0];
     char **argv = (char **)(sp + 1);
     environ_ = argv + argc + 1;
     int code = 2;
+    /* From here on no process of this uid can attach to this one (no CAP_SYS_PTRACE is left). */
+    sys_prctl(PR_SET_DUMPABLE, 0);
+    int scoring = argc >= 2 && (!scmp(argv[1], "score") || !scmp(argv[1], "script"));
+    /* a tracer attached before the prctl could make this process do anything: it scores 0 */
+    traced_at_start = scoring && status_field(sys_getpid(), "TracerPid:") != 0;
     if (argc >= 2 && !scmp(argv[1], "score")) code = cmd_score(argc - 2, argv + 2);
+    else if (argc >= 2 && !scmp(argv[1], "script")) code = cmd_script(argc - 2, argv + 2);
+    else if (argc >= 2 && !scmp(argv[1], "sweep")) code = cmd_sweep(argc - 2, argv + 2);
     else if (argc >= 2 && !scmp(argv[1], "drop")) code = cmd_drop(argc - 2, argv + 2);
     else if (argc >= 2 && !scmp(argv[1], "env0")) code = cmd_env0(argc - 2, argv + 2);
     else if (argc >= 2 && !scmp(argv[1], "sha256")) code = cmd_digests(argc - 2, argv + 2, 0);
     else if (argc >= 2 && !scmp(argv[1], "listing")) code = cmd_digests(argc - 2, argv + 2, 1);
     else if (argc >= 2 && !scmp(argv[1], "ancestors")) code = cmd_ancestors();
-    else say("usage: boot score|drop|env0|sha256|listing ... (see boot.c)", 0, 0);
+    else say("usage: boot score|script|sweep|drop|env0|sha256|listing|ancestors ... (see boot.c)", 0, 0);
     sys_exit(code);
     return code;
 }

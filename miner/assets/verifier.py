@@ -18,10 +18,13 @@ writes the reward when run that way (--verdict-fd).
 Scoring. The verdict is 1 only when, in order:
   1. every module this file loaded is one the boot tool verified, and warm_up() imported all
      that scoring needs (no module is imported later, after untrusted code ran);
-  2. the environment the tests run with is taken by sourcing the sandbox's shell rc file
+  2. the environment the tests run with is read, never sourced, from the sandbox's shell rc file
      (/sandbox/home/.bashrc, spec "env_file": what every shell of the solver reads, through
-     ~/.profile and $BASH_ENV) in a throwaway shell (so anything that file does to the disk
-     happens *before* the checks below), and what it started is killed;
+     ~/.profile and $BASH_ENV): `export NAME=value` and `unset NAME` lines, every other line only
+     as the healthy file has it, and the other startup files may hold only healthy lines; every
+     interpreter and runner variable (PYTHON*, PYTEST_*, PATH, LD_*) is held at its healthy value,
+     and one the task's break set must be back at its healthy value (removed, not satisfied);
+     BASH_ENV and ENV are dropped, so no shell the tests start reads a startup file;
   3. the bytecode Python would load for each source the task breaks the bytecode of (spec
      "bytecode_sources") is that source's: the tests below never read a cached .pyc, so a
      truncated or stale one must be found here, before the caches are deleted;
@@ -31,7 +34,8 @@ Scoring. The verdict is 1 only when, in order:
      which are then deleted, and pip's reinstall metadata);
   4. the original test files are put back from tests/originals (sha256-checked),
   5. static checks pass: protected source files unchanged; no conftest.py, pytest config file
-     or module shadowing the test runner that the healthy project did not have; every .pth and
+     or module shadowing the test runner or the standard library that the healthy project did
+     not have; every .pth and
      sitecustomize/usercustomize file identical to the healthy manifest; pytest, pluggy and
      every pytest plugin byte-identical to the healthy ones; no new pytest11 entry point; the
      interpreter binary and pyvenv.cfg unchanged,
@@ -42,8 +46,12 @@ Scoring. The verdict is 1 only when, in order:
   7. every expected test id is "passed" both in the junit XML and in the guard's own record
      (skipped, xfailed, deselected or missing all count as failures), and every derived probe
      behaves exactly as it did healthy;
-  8. after the tests and probes every process they left is killed and the system is still the
-     healthy one (step 3 again), and no module was imported since step 1.
+  8. after the tests and probes every process they left is killed (`boot sweep`) and the system
+     is still the healthy one (step 3 again), and no module was imported since step 1.
+
+Processes are the boot tool's alone: it stops or kills everything of the agent's before this file
+runs (see boot.c), and this file starts nothing that reads a file the agent could write as code:
+no shell sources a startup file, the probe runner runs without site hooks (-I -S).
 """
 
 from __future__ import annotations
@@ -55,7 +63,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -84,6 +91,9 @@ RUNNER_DISTS = {"pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongr
 # Top-level names that, dropped in the project or on sys.path, would replace the test runner.
 RUNNER_MODULES = ("pytest", "_pytest", "pluggy", "py", "iniconfig")
 SHADOW_NAMES = (*RUNNER_MODULES, "sitecustomize", "usercustomize")
+# A module of these names added to the project or a folder on PYTHONPATH would be imported instead
+# of the standard library's by pytest or the tests (lazily, after the guard's snapshot).
+STDLIB_NAMES = frozenset(sys.stdlib_module_names) - {"__future__"}
 CUSTOMIZE = ("sitecustomize", "usercustomize")
 PYTEST_CONFIGS = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".git", ".mypy_cache", ".tox", ".nox", ".hg", ".svn"}
@@ -92,8 +102,15 @@ SENSITIVE_ENV = (
     "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONSTARTUP",
     "PYTHONINSPECT", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONEXECUTABLE", "PYTHONSAFEPATH",
     "PYTHONPLATLIBDIR", "PYTHONOPTIMIZE", "PYTHONDEBUG", "PYTHONWARNINGS", "PYTHONBREAKPOINT",
-    "LD_PRELOAD", "LD_AUDIT", "BASH_ENV", "ENV", "PYTHONDONTWRITEBYTECODE",
+    "LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH", "PATH",
 )
+HELD_PREFIXES = ("PYTHON", "PYTEST_", "LD_")  # every variable of these families is held too
+NEVER_PASSED = ("BASH_ENV", "ENV")  # a shell the tests start reads no startup file
+# The startup files besides the environment file (spec "env_file"): they may hold only healthy lines.
+STARTUP_FILES = ("/sandbox/home/.profile", "/sandbox/home/.bash_profile", "/sandbox/home/.bash_login",
+                 "/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login",
+                 "/etc/profile", "/etc/bash.bashrc", "/etc/environment")
+PROFILE_D = "/etc/profile.d"
 REPORT_FLAGS = ["-o", "junit_family=xunit1", "-p", "no:cacheprovider", "-q", "--continue-on-collection-errors"]
 
 
@@ -309,6 +326,22 @@ def system_candidates(sys_path: list[str], venv: str, runtime: list[list[str]]) 
             *system.SYSTEM_EXTRAS]
 
 
+def startup_texts(env_file: str) -> dict[str, str | None]:
+    """The text of every startup file (None where the image has none): the environment file, the
+    others STARTUP_FILES names, and each file of /etc/profile.d."""
+    paths = [env_file, *STARTUP_FILES]
+    if os.path.isdir(PROFILE_D):
+        paths += [os.path.join(PROFILE_D, n) for n in sorted(os.listdir(PROFILE_D))]
+    texts: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+                texts[path] = handle.read()
+        except OSError:
+            texts[path] = None
+    return texts
+
+
 def collect(args: argparse.Namespace) -> int:
     """Print the healthy manifest as JSON (run once per project at export, in a healthy container)."""
     venv, project = args.venv, args.project
@@ -327,7 +360,19 @@ def collect(args: argparse.Namespace) -> int:
     skip = (HERE, project)
     keepalive = next((os.path.realpath(os.path.join(d, "sleep")) for d in ("/usr/bin", "/bin")
                       if os.path.isfile(os.path.join(d, "sleep"))), None)
-    runtime = system.runtime_list("/bin/bash", keepalive, skip)
+    runtime = system.runtime_list(("/bin/bash", "/bin/sh"), keepalive, skip)
+    startup, base = startup_texts(args.env_file), load_json(os.path.join(HERE, "base_env.json"))
+    env = {k: v for k, v in os.environ.items() if k not in system.SHELL_OWN}
+    try:  # the verifier reads this file without running it: it must read to what bash made of it
+        read = system.read_environment(startup[args.env_file] or "", startup[args.env_file] or "", env, base)
+    except system.EnvFileError as exc:
+        print(f"the environment file {args.env_file} cannot be read without running it: {exc}", file=sys.stderr)
+        return 1
+    if read != env:
+        differ = sorted(k for k in set(read) | set(env) if read.get(k) != env.get(k))
+        print(f"the environment file {args.env_file} reads to other values than bash gives: {', '.join(differ)}",
+              file=sys.stderr)
+        return 1
     manifest = {
         "python": python_identity(python),
         "system_python": python_identity(sys.executable),
@@ -339,9 +384,10 @@ def collect(args: argparse.Namespace) -> int:
         "runner": runner_files(sites),
         "plugins": sorted(pytest_entry_points(sites)),
         "project": project_files(project),
-        "env": {name: os.environ.get(name) for name in SENSITIVE_ENV},
+        "env_full": env,
+        "startup": startup,
+        "base_env": base,
         "outside": outside_configs(project),
-        "sleep_sha256": binary_sha("sleep"),
         "runtime": runtime,
         "system": system.system_manifest(system_candidates(sys_path, venv, runtime), skip),
         # the roots Python imports from: their bytecode caches are deleted before the tests
@@ -349,15 +395,6 @@ def collect(args: argparse.Namespace) -> int:
     }
     json.dump(manifest, sys.stdout, sort_keys=True)
     return 0
-
-
-def binary_sha(name: str) -> str | None:
-    """sha256 of a program found in the usual system folders."""
-    for folder in ("/usr/bin", "/bin", "/usr/local/bin"):
-        digest = sha256_file(os.path.realpath(os.path.join(folder, name)))
-        if digest:
-            return digest
-    return None
 
 
 # -- the checks -------------------------------------------------------------------------------------
@@ -382,7 +419,6 @@ class Verifier:
         self.pycache = os.path.join(self.work, "pycache")
         runtime = system.read_runtime_list(os.path.join(HERE, "runtime.txt"))
         self.verified = {path for kind, _, path in runtime if kind in ("F", "K")}
-        self.programs = {digest for kind, digest, _ in runtime if kind == "K"} | {manifest.get("sleep_sha256")}
         self.modules: set[str] = set()
         self.memo = system.Memo()  # the second system check rehashes only files whose inode changed
         self.laps: dict[str, float] = {}
@@ -411,8 +447,14 @@ class Verifier:
         remove(self.reward_path)
         os.replace(tmp, self.reward_path)
 
-    def kill_strays(self) -> int:
-        return system.kill_strays(self.programs, self.verified) if self.kill else 0
+    def kill_strays(self) -> None:
+        """The boot tool's sweep (it stops the keep-alive and kills everything else but its
+        ancestors): what the tests and probes left running."""
+        if self.kill and self.boot:
+            done = subprocess.run([self.boot, "sweep", "--list", os.path.join(HERE, "runtime.txt")],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=120)
+            print(done.stdout.decode("utf-8", "replace").strip(), flush=True)
 
     # step 1
     def check_modules(self, final: bool = False) -> None:
@@ -430,38 +472,50 @@ class Verifier:
 
     # step 2
     def capture_env(self) -> None:
-        """The variables the tests see: this exec's environment plus what the rc file (spec "env_file",
-        the ~/.bashrc every shell of the solver reads) sets."""
-        dump = os.path.join(self.work, "env.dump")
-        if self.boot:  # the boot tool writes the environment: nothing of the container's runs after the rc file
-            writer = f"exec {shlex_quote(self.boot)} env0 {shlex_quote(dump)}"
-        else:
-            writer = (f'exec {shlex_quote(sys.executable)} -I -S -c "import os, sys; '
-                      f'open(sys.argv[1], \'wb\').write(b\'\\0\'.join(k.encode() + b\'=\' + v.encode() '
-                      f'for k, v in os.environb.items()) + b\'\\0\')" {shlex_quote(dump)}')
-        script = (
-            f'source {shlex_quote(self.spec["env_file"])} >/dev/null 2>&1 </dev/null; '
-            f'cd {shlex_quote(self.project)} 2>/dev/null; {writer}'
-        )
-        try:
-            subprocess.run(self.dropped(["/bin/bash", "--noprofile", "--norc", "-c", script]), env=dict(os.environ),
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           timeout=120, cwd="/")
-            with open(dump, "rb") as handle:
-                pairs = [item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item]
-            self.env = {k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape") for k, v in pairs}
-        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-            self.problem(f"could not read the environment from {self.spec['env_file']}: {exc}")
+        """The variables the tests see: the environment file (spec "env_file", the ~/.bashrc every
+        shell of the solver reads) applied to the healthy environment, read and never run."""
+        path, startup = self.spec["env_file"], self.manifest.get("startup")
+        if not startup or "env_full" not in self.manifest:
+            self.problem("the healthy manifest has no startup files (export the task again)")
             return
-        healthy = self.manifest.get("env", {})
-        broken = {self.spec.get("target_envvar"), *self.spec.get("broken_envvars", [])}
-        for name in SENSITIVE_ENV:
-            if name in broken:  # the task breaks it: the tests see what the solver left
-                continue
+        healthy_text = startup.get(path) or ""
+        full, base = self.manifest["env_full"], self.manifest.get("base_env", {})
+        healthy = system.read_environment(healthy_text, healthy_text, full, base)
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+                text = handle.read()
+        except FileNotFoundError:
+            text = ""
+        except OSError as exc:
+            self.problem(f"the environment file {path} cannot be read ({exc.strerror})")
+            return
+        try:
+            self.env = system.read_environment(text, healthy_text, full, base)
+        except system.EnvFileError as exc:
+            self.problem(f"the environment file {path}, {exc}")
+            return
+        others = {p: startup.get(p) for p in startup if p != path}
+        if os.path.isdir(PROFILE_D):
+            others |= {os.path.join(PROFILE_D, n): startup.get(os.path.join(PROFILE_D, n))
+                       for n in sorted(os.listdir(PROFILE_D))}
+        for text_problem in system.startup_changes(others):
+            self.problem(text_problem)
+        broken = {self.spec.get("target_envvar"), *self.spec.get("broken_envvars", [])} - {None}
+        for name in sorted(broken):
+            if self.env.get(name) != healthy.get(name):
+                now = "unset" if name not in self.env else f"{self.env[name]!r}"
+                was = "unset" if name not in healthy else f"{healthy[name]!r}"
+                self.problem(f"{name} is {now} in {path}, healthy it is {was}: the break's variable must be "
+                             "put back, not worked around")
+        held = set(SENSITIVE_ENV) | {n for n in (*self.env, *healthy) if n.startswith(HELD_PREFIXES)}
+        for name in sorted(held - broken):
             if healthy.get(name) is None:
                 self.env.pop(name, None)
             else:
                 self.env[name] = healthy[name]
+        for name in NEVER_PASSED:
+            self.env.pop(name, None)
+        self.env["PWD"] = self.project
         self.env["PYTHONNOUSERSITE"] = "1"
         # Bytecode only from a fresh folder: a forged __pycache__/*.pyc can never be loaded.
         self.env["PYTHONPYCACHEPREFIX"] = self.pycache
@@ -534,10 +588,11 @@ class Verifier:
         for rel, full in walk_files(self.project):
             name = os.path.basename(rel)
             stem = name.split(".", 1)[0]
-            suspicious = name in watched or name.startswith("conftest.") or (
-                stem in SHADOW_NAMES and (name.endswith((".py", ".pyc", ".so", ".pth")) or os.path.isdir(full)))
             parts = rel.split(os.sep)
-            suspicious = suspicious or any(p in SHADOW_NAMES for p in parts[:-1])
+            module = name.endswith((".py", ".pyc", ".so", ".pth")) or os.path.isdir(full)
+            suspicious = name in watched or name.startswith("conftest.") or (stem in SHADOW_NAMES and module) \
+                or any(p in SHADOW_NAMES for p in parts[:-1]) or (stem in STDLIB_NAMES and module) \
+                or (name == "__init__.py" and len(parts) > 1 and parts[-2] in STDLIB_NAMES)
             if suspicious and rel not in healthy:
                 self.problem(f"{rel} was added to the project (the healthy project has no such file)")
         for path in outside_configs(self.project):
@@ -560,10 +615,15 @@ class Verifier:
             if self.manifest["customize"].get(path) != digest:
                 self.problem(f"{path} was added or modified (sitecustomize/usercustomize run at start)")
         for folder in sorted(dirs - set(self.manifest["sys_path"]) - {self.project}):
-            for name in RUNNER_MODULES:
-                for candidate in (os.path.join(folder, name), os.path.join(folder, name + ".py")):
-                    if os.path.lexists(candidate) and candidate not in self.manifest["runner"]:
-                        self.problem(f"{candidate} shadows the test runner (a folder on PYTHONPATH)")
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                candidate = os.path.join(folder, name)
+                if name.split(".", 1)[0] in (*RUNNER_MODULES, *STDLIB_NAMES) and candidate not in self.manifest["runner"]:
+                    self.problem(f"{candidate} shadows the test runner or the standard library (a folder on "
+                                 "PYTHONPATH)")
 
     def check_runner(self) -> None:
         runner = self.manifest["runner"]
@@ -650,7 +710,9 @@ class Verifier:
         listing = os.path.join(self.work, "probes.json")
         with open(listing, "w", encoding="utf-8") as handle:
             json.dump(probes, handle)
-        argv = [sys.executable, "-I", "-X", f"pycache_prefix={self.pycache}", os.path.join(HERE, "probe.py"), listing]
+        # -S: no site folder's .pth or sitecustomize runs in the probe runner (it needs only the stdlib)
+        argv = [sys.executable, "-I", "-S", "-X", f"pycache_prefix={self.pycache}", os.path.join(HERE, "probe.py"),
+                listing]
         if self.manifest.get("image"):  # a Dockerized project: its CMD, ports and HEALTHCHECK
             argv.append(os.path.join(self.work, "image.json"))
             with open(argv[-1], "w", encoding="utf-8") as handle:
@@ -666,14 +728,10 @@ class Verifier:
     # the whole run
     def score(self) -> int:
         self.check_modules()
-        killed = self.kill_strays()
-        if killed:
-            print(f"verifier: killed {killed} process(es) left running in the container", flush=True)
         if self.verdict_fd is None:
             self.write_reward(0)
         self.lap("start")
         self.capture_env()
-        self.kill_strays()  # whatever the rc file started
         self.lap("environment")
         self.check_bytecode()
         self.check_system("before the tests")
@@ -817,10 +875,6 @@ def bytecode_fault(source: str, wrap=lambda argv: argv) -> str | None:  # noqa: 
     return f"({pyc}) {said or 'crashed the interpreter reading it (exit ' + str(done.returncode) + ')'}"
 
 
-def shlex_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
 def _ancestors(path: str) -> list[str]:
     out, current = [], os.path.abspath(path)
     while True:
@@ -887,6 +941,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect", action="store_true", help="print the healthy manifest and exit")
     parser.add_argument("--project", default="/sandbox/project")
     parser.add_argument("--venv", default="/sandbox/venv")
+    parser.add_argument("--env-file", default="/sandbox/home/.bashrc")
     parser.add_argument("--verdict-fd", type=int, default=None, help="write the verdict (1 or 0) to this pipe")
     parser.add_argument("--boot", default=None, help="the static boot tool (commands run through `boot drop`)")
     parser.add_argument("--kill", action="store_true", help="kill stray processes (inside a task container)")

@@ -1,7 +1,7 @@
 """What miner's verifier trusts below the project: its runtime, the system, the container's processes.
 
 Standalone on purpose (copied into every exported task's tests/ next to verifier.py, which loads
-it by path; it imports nothing of miner). Three parts:
+it by path; it imports nothing of miner). Four parts:
 
 runtime list    what the static boot tool (boot.c) checks before any dynamic code runs: the
                 interpreter, every file it maps (the dynamic loader, libraries, extension
@@ -18,19 +18,19 @@ system manifest one digest per folder (a Merkle tree: a folder's digest covers i
                 must match, except the names in VARIANCE (bytecode caches, which the verifier
                 deletes and never reads, and the pip metadata a reinstall rewrites); empty
                 folders do not count.
-processes       the container's processes: everything but PID 1, the verifier's ancestors and the
-                keep-alive sleep is killed (`kill_strays`).
+environment     the environment file (~/.bashrc), read line by line and never sourced
+                (`read_environment`): `export NAME=value` and `unset NAME` lines, the rest only
+                as the healthy file had it; the other startup files may only hold healthy lines.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import signal
+import re
 import stat
 import subprocess
 import sys
-import time
 
 # Names that legitimately differ after a correct repair, wherever they are.
 VARIANCE_NAMES = ("__pycache__",)  # bytecode: the verifier deletes these folders and never reads them
@@ -115,8 +115,9 @@ def shell_maps(shell: str) -> list[str]:
     """What a shell maps, read from its own /proc entry by its builtins (no other program runs)."""
     script = 'while IFS= read -r l; do echo "$l"; done < /proc/$$/maps'
     try:
-        done = subprocess.run([shell, "--noprofile", "--norc", "-c", script], capture_output=True, text=True,
-                              timeout=60, stdin=subprocess.DEVNULL)
+        bash = os.path.basename(os.path.realpath(shell)).startswith("bash")  # dash knows no long options
+        done = subprocess.run([shell, *(("--noprofile", "--norc") if bash else ()), "-c", script],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return []
     files = {p[5] for p in (ln.split(None, 5) for ln in done.stdout.splitlines()) if len(p) == 6 and p[5][:1] == "/"}
@@ -157,7 +158,7 @@ def module_files(skip: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return sorted(files), sorted(folders)
 
 
-def runtime_list(shell: str, keepalive: str | None, skip: tuple[str, ...]) -> list[list[str]]:
+def runtime_list(shells: tuple[str, ...], keepalive: str | None, skip: tuple[str, ...]) -> list[list[str]]:
     """[kind, sha256 or "-", path] entries for boot.c, measured in this (healthy) process after the
     verifier imported everything it needs (see verifier.warm_up)."""
     entries: dict[str, tuple[str, str]] = {}
@@ -195,10 +196,11 @@ def runtime_list(shell: str, keepalive: str | None, skip: tuple[str, ...]) -> li
             entries[path] = ("A", "-")
     if os.path.isdir("/etc/ld.so.conf.d"):
         entries["/etc/ld.so.conf.d"] = ("L", listing_digest("/etc/ld.so.conf.d") or "-")
-    if os.path.exists(shell):
-        file(shell)
-        for path in shell_maps(shell):
-            file(path)
+    for shell in shells:  # the harness's shells (the boot tool's ancestors) and PID 1's
+        if os.path.exists(shell):
+            file(shell)
+            for path in shell_maps(shell):
+                file(path)
     if keepalive:
         file(keepalive, "K")
     return sorted([kind, digest, path] for path, (kind, digest) in entries.items())
@@ -385,65 +387,177 @@ def clear_bytecode(roots: list[str], skip: tuple[str, ...]) -> int:
     return removed
 
 
-# -- processes -------------------------------------------------------------------------------------------
+# -- the environment, read and never run -------------------------------------------------------------
 
 
-def parent_of(pid: int) -> tuple[int, str]:
-    """(parent pid, state letter) from /proc/PID/stat, or (0, "")."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return int(fields[1]), fields[0]
-    except (OSError, ValueError, IndexError):
-        return 0, ""
+class EnvFileError(ValueError):
+    """A startup file holds something the verifier cannot read without running it; says which line."""
 
 
-def keep_alive(pid: int, programs: set[str], verified: set[str]) -> bool:
-    """The container's keep-alive program (as boot.c decides): a child of PID 1, untraced, running a
-    known healthy binary, with nothing executable mapped but verified files."""
-    if parent_of(pid)[0] != 1:
-        return False
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
-            tracer = next((ln.split()[1] for ln in handle if ln.startswith("TracerPid:")), "1")
-        # /proc/PID/exe opens the bytes the process runs, even when its file was replaced since
-        if tracer != "0" or sha256_file(f"/proc/{pid}/exe") not in programs:
-            return False
-        allowed = verified | {"[vdso]", "[vsyscall]", os.readlink(f"/proc/{pid}/exe")}
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as handle:
-            for line in handle:
-                parts = line.split(None, 5)
-                target = parts[5].rstrip("\n") if len(parts) == 6 else ""
-                if len(parts) > 1 and parts[1][2:3] == "x" and target not in allowed:
-                    return False
-    except (OSError, IndexError):
-        return False
-    return True
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+UNQUOTED = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:,@%+=-")
+PARAMETER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(:?[-+])?")
+# What bash sets by itself: never compared, never carried to the tests.
+SHELL_OWN = ("PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME")
 
 
-def kill_strays(programs: set[str], verified: set[str]) -> int:
-    """SIGKILL every process but PID 1, this process's ancestors and the keep-alive sleep."""
-    keep, pid = {1}, os.getpid()
-    while pid > 0 and pid not in keep:
-        keep.add(pid)
-        pid = parent_of(pid)[0]
-    killed = 0
-    for _ in range(20):  # processes may fork while we kill: repeat until none is left
-        found = []
-        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep):
-            if parent_of(pid)[1] in ("Z", "X", ""):
-                continue
-            if keep_alive(pid, programs, verified):
-                keep.add(pid)
-            else:
-                found.append(pid)
-        if not found:
+def _word(text: str, i: int, env: dict[str, str], stop: str, quoted: bool) -> tuple[str, int]:
+    """Expand one shell word from text[i] up to a character of `stop` (outside quotes): literals,
+    '...', "...", backslash escapes and $NAME / ${NAME} / ${NAME:-w} / ${NAME:+w} (with or without
+    the colon). Anything else (command substitution, globs, ~, arithmetic) is refused."""
+    out = []
+    while i < len(text) and text[i] not in stop:
+        c = text[i]
+        if c == "$":
+            value, i = _parameter(text, i + 1, env, quoted)
+            out.append(value)
+        elif c == "\\":
+            if i + 1 >= len(text):
+                raise EnvFileError("a line ends with a backslash")
+            nxt = text[i + 1]
+            out.append(nxt if not quoted or nxt in '$`"\\' else c + nxt)
+            i += 2
+        elif quoted:
+            if c == "`":
+                raise EnvFileError("a command substitution (`...`)")
+            out.append(c)
+            i += 1
+        elif c == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise EnvFileError("an unclosed single quote")
+            out.append(text[i + 1:end])
+            i = end + 1
+        elif c == '"':
+            value, i = _word(text, i + 1, env, '"', True)
+            if i >= len(text):
+                raise EnvFileError("an unclosed double quote")
+            out.append(value)
+            i += 1
+        elif c in UNQUOTED:
+            out.append(c)
+            i += 1
+        else:
+            raise EnvFileError(f"the character {c!r} outside quotes")
+    return "".join(out), i
+
+
+def _parameter(text: str, i: int, env: dict[str, str], quoted: bool) -> tuple[str, int]:
+    """A parameter expansion after its `$` at text[i]."""
+    plain = ENV_NAME.match(text, i)
+    if plain:
+        return env.get(plain.group(), ""), plain.end()
+    braced = PARAMETER.match(text, i)
+    if not braced:
+        raise EnvFileError("a $ that is not a plain variable ($NAME, ${NAME}, ${NAME:-word}, ${NAME:+word})")
+    name, op = braced.group(1), braced.group(2)
+    i = braced.end()
+    if op is None:
+        if text[i:i + 1] != "}":
+            raise EnvFileError(f"an expansion of {name} this reader does not know")
+        return env.get(name, ""), i + 1
+    word, i = _word(text, i, env, "}", quoted)
+    if text[i:i + 1] != "}":
+        raise EnvFileError(f"an unclosed ${{{name}...}}")
+    is_set = name in env and (not op.startswith(":") or env[name] != "")
+    value = (word if is_set else "") if op.endswith("+") else (env[name] if is_set else word)
+    return value, i + 1
+
+
+def _assignments(rest: str, env: dict[str, str]) -> list[tuple[str, str | None]]:
+    """NAME=WORD (or NAME alone) items of an export line, each expanded with the environment as it
+    was before the line (as bash expands a builtin's arguments before it runs)."""
+    items: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(rest):
+        if rest[i] in " \t":
+            i += 1
+            continue
+        if rest[i] == "#":
             break
-        for victim in found:
-            try:
-                os.kill(victim, signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.1)
-    return killed
+        name = ENV_NAME.match(rest, i)
+        if not name:
+            raise EnvFileError("an export of something that is not a variable name")
+        i = name.end()
+        if rest[i:i + 1] != "=":
+            items.append((name.group(), None))
+            continue
+        value, i = _word(rest, i + 1, env, " \t", False)
+        items.append((name.group(), value))
+    return items
+
+
+def apply_env_file(text: str, env: dict[str, str], allowed: set[str]) -> list[str]:
+    """Apply an environment file to `env` without running it: `export NAME=WORD ...` and `unset NAME
+    ...` lines, comments and blank lines are read; any other line must be one of `allowed` (the
+    healthy file's own lines, whose effect the healthy environment already holds). Returns the
+    names it assigned or unset; EnvFileError names the first line it refuses."""
+    touched: list[str] = []
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            head, _, rest = line.partition(" ")
+            if head == "export" and rest.strip():
+                for name, value in _assignments(rest, env):
+                    if value is not None:
+                        env[name] = value
+                        touched.append(name)
+            elif head == "unset" and rest.strip():
+                names = [n for n in rest.split() if n != "-v"]
+                if not all(ENV_NAME.fullmatch(n) for n in names):
+                    raise EnvFileError("an unset of something that is not a variable name")
+                for name in names:
+                    env.pop(name, None)
+                    touched.append(name)
+            elif line not in allowed:
+                raise EnvFileError("a command the healthy file does not have (only `export NAME=value` and "
+                                   "`unset NAME` lines are read; nothing in it is run)")
+        except EnvFileError as exc:
+            raise EnvFileError(f"line {number} ({line[:80]!r}): {exc}") from None
+    return touched
+
+
+def healthy_start(healthy_text: str, env_full: dict[str, str], base_env: dict[str, str]) -> dict[str, str]:
+    """The environment before the environment file: the healthy one, with every variable the healthy
+    file exports or unsets put back to the image's own value."""
+    start = {k: v for k, v in env_full.items() if k not in SHELL_OWN}
+    for name in apply_env_file(healthy_text, dict(start), {ln.strip() for ln in healthy_text.split("\n")}):
+        if name in base_env:
+            start[name] = base_env[name]
+        else:
+            start.pop(name, None)
+    return start
+
+
+def read_environment(text: str, healthy_text: str, env_full: dict[str, str],
+                     base_env: dict[str, str]) -> dict[str, str]:
+    """The variables every shell of the solver gets from the environment file `text`, computed, not
+    run. EnvFileError when the file holds anything but what it may."""
+    env = healthy_start(healthy_text, env_full, base_env)
+    apply_env_file(text, env, {ln.strip() for ln in healthy_text.split("\n")})
+    return env
+
+
+def startup_changes(healthy: dict[str, str | None]) -> list[str]:
+    """Startup files (other than the environment file) holding a line the healthy one lacks, or
+    present where the healthy image had none."""
+    problems = []
+    for path, text in sorted(healthy.items()):
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+                now = handle.read()
+        except FileNotFoundError:
+            continue  # a startup file removed adds nothing
+        except OSError as exc:
+            problems.append(f"startup file {path} cannot be read ({exc.strerror})")
+            continue
+        if text is None:
+            problems.append(f"startup file {path} was added (the healthy image has none)")
+            continue
+        lines = {ln.strip() for ln in text.split("\n")}
+        extra = [ln.strip() for ln in now.split("\n") if ln.strip() and ln.strip() not in lines]
+        if extra:
+            problems.append(f"startup file {path} has a line the healthy image's lacks: {extra[0][:80]!r}")
+    return problems

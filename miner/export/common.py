@@ -70,6 +70,22 @@ INDEX_HOSTS = ("pypi.org", "files.pythonhosted.org")  # pip's default index and 
 ARCHIVE_HOSTS = ("deb.debian.org", "security.debian.org")  # the Debian archive of the images
 PIP_URL_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_PROXY")
 NETWORK_POLICIES = ("compose", "harbor")
+VERIFIER_MODES = ("separate", "shared")
+
+
+def _restore_module():
+    """miner/assets/restore.py, standalone in a task's tests/, loaded here for its shared names."""
+    import importlib.util
+
+    with resources.as_file(resources.files("miner").joinpath("assets", "restore.py")) as path:
+        spec = importlib.util.spec_from_file_location("miner_restore", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+_restore = _restore_module()
+MARKER, SNAPSHOT = _restore.MARKER, _restore.SNAPSHOT  # the separate verifier's time mark and collect command
 
 
 class ExportError(Exception):
@@ -92,6 +108,9 @@ class ExportOptions:
     # "compose" in its docker-compose.yaml (what Harbor's docker environment enforces as it is),
     # "harbor" also as [environment] network_mode / allowed_hosts (needs Harbor's egress control).
     network_policy: str = "compose"
+    # Where Harbor runs the verifier: "separate" (a fresh container of the task's image, the agent's
+    # changes carried over as data, none of its processes) or "shared" (the agent's container).
+    verifier_mode: str = "separate"
     variant: str = "symptom"  # which instruction the tasks carry (models.INSTRUCTION_VARIANTS)
 
     def __post_init__(self) -> None:
@@ -100,6 +119,8 @@ class ExportOptions:
         if self.network_policy not in NETWORK_POLICIES:
             raise ValueError(f"--network-policy must be one of {', '.join(NETWORK_POLICIES)}, "
                              f"not {self.network_policy!r}")
+        if self.verifier_mode not in VERIFIER_MODES:
+            raise ValueError(f"--verifier-mode must be one of {', '.join(VERIFIER_MODES)}, not {self.verifier_mode!r}")
         if self.variant not in INSTRUCTION_VARIANTS:
             raise ValueError(f"--variant must be one of {', '.join(INSTRUCTION_VARIANTS)}, not {self.variant!r}")
 
@@ -263,14 +284,19 @@ def healthy_stage(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: s
     return before + stage
 
 
+# The image's last layer: a file whose time stamp tells what the agent changed (restore.py).
+BUILT_MARKER = f"RUN mkdir -p {os.path.dirname(MARKER)} && touch {MARKER}\n"
+
+
 def dockerfile(ts: TaskSource, base_image: str, pip: PipForwarding, prefix: str = "",
-               tools_stage: str = "") -> str:
-    """The task's whole Dockerfile: the healthy stage (see healthy_stage), then the break layer."""
+               tools_stage: str = "", marker: bool = False) -> str:
+    """The task's whole Dockerfile: the healthy stage (see healthy_stage), then the break layer
+    (and, with `marker`, the layer a separate verifier dates the agent's changes from)."""
     header = (f"# miner task {ts.task.id}: {ts.task.type_id} on {ts.task.target.key}\n"
               f"# project {ts.task.repo} at {ts.task.commit} (exported by miner {__version__})\n")
     breaking = layout.break_dockerfile("healthy", "break.sh", context_dir=prefix)
     stage = healthy_stage(ts, base_image, pip, prefix, tools_stage)
-    return header + stage + "\n" + breaking + final_lines(ts)
+    return header + stage + "\n" + breaking + (BUILT_MARKER if marker else "") + final_lines(ts)
 
 
 # The harnesses keep a task's container alive with `sleep infinity` and wait for it to be healthy:
@@ -301,7 +327,12 @@ def asset(name: str) -> bytes:
     return resources.files("miner").joinpath("assets", name).read_bytes()
 
 
+
+
 VERIFIER_ASSETS = ("verifier.py", "verifier_system.py")
+# Every file of miner's own that tests/ carries (miner check refuses a folder where one differs).
+VERIFIER_FILES = (*VERIFIER_ASSETS, "verifier_pytest.py", "probe.py", "restore.py")
+TESTS_DIGEST_KEY = "tests_sha256sums"  # task.toml [metadata]: sha256 of tests/SHA256SUMS
 COLLECTOR_DIR = "/tmp/miner-verifier"
 # The collector runs the verifier as the boot tool will (isolated, no site, no bytecode, UTF-8 mode),
 # so that the runtime list it measures holds what scoring loads.
@@ -401,15 +432,24 @@ def build_stage(client, context: Path, tag: str, image_labels: dict[str, str],
         raise ExportError(f"the healthy environment does not build: {exc.explanation or exc}") from None
 
 
+def image_env(client, image: str) -> dict[str, str]:
+    """The variables an image's containers start with (its Config.Env): the environment before any
+    startup file, from which the verifier computes what the environment file makes of it."""
+    pairs = client.images.get(image).attrs.get("Config", {}).get("Env") or []
+    return dict(item.split("=", 1) for item in pairs if "=" in item)
+
+
 def run_collector(client, image: str) -> dict:
     """The verifier's --collect output in a fresh, network-less container of `image`, without
     capabilities (as the verifier runs: a file only a capability could read is unreadable to both)."""
     container = client.containers.create(image, ["bash", "-c", COLLECT], network_disabled=True, cap_drop=["ALL"],
                                           security_opt=["no-new-privileges:true"],
                                           labels=images.labels("fork", purpose="export-manifest"))
+    folder = COLLECTOR_DIR.split("/")[-1]
     try:
-        container.put_archive("/tmp", tar_files({f"{COLLECTOR_DIR.split('/')[-1]}/{name}": asset(name)
-                                                 for name in VERIFIER_ASSETS}))
+        files = {f"{folder}/{name}": asset(name) for name in VERIFIER_ASSETS}
+        files[f"{folder}/base_env.json"] = json.dumps(image_env(client, image)).encode()
+        container.put_archive("/tmp", tar_files(files))
         container.start()
         status = container.wait(timeout=MANIFEST_TIMEOUT)
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
@@ -521,23 +561,43 @@ def verifier_spec(ts: TaskSource, originals: dict[str, Path]) -> dict:
     }
 
 
-RUNTIME_VARIABLE = re.compile(r"\b(PYTHON[A-Z]+|PYTEST_[A-Z_]+|LD_PRELOAD|LD_AUDIT|BASH_ENV)\b")
+RUNTIME_VARIABLE = re.compile(r"\b(PYTHON[A-Z]+|PYTEST_[A-Z_]+|LD_[A-Z_]+|BASH_ENV)\b")
+EXPORTED = re.compile(r"\bexport\s+([A-Za-z_][A-Za-z0-9_]*)=")
 
 
 def broken_variables(break_script: str) -> list[str]:
-    """The interpreter and test-runner variables a break script names (the verifier must not hold
-    those at their healthy values: they are what the task breaks)."""
-    return sorted(set(RUNTIME_VARIABLE.findall(break_script)))
+    """The variables a break script may set: the interpreter, loader and test-runner variables it
+    names and every `export NAME=` it writes. The verifier requires each back at its healthy value
+    after the repair (removed, not satisfied by building what it points at)."""
+    return sorted(set(RUNTIME_VARIABLE.findall(break_script)) | set(EXPORTED.findall(break_script)))
 
 
-TEST_SH = """#!/bin/bash
+BOOT_LINE = ("score --list {tests}/runtime.txt --reward {reward} --python {python} --deadline {deadline}{options} "
+             "-- {tests}/verifier.py --reward {reward}")
+# Harbor runs tests/test.sh by its interpreter line: the kernel starts the boot tool on it, and no
+# shell (which would read $BASH_ENV, a file the agent could write) runs before the verifier.
+TEST_SH = """#!{tests}/boot script
+# Verifier of miner task {task_id}: writes {reward} (1 = repaired, 0 = not).
+# The interpreter line above starts tests/boot (a static program built from miner's boot.c: no file
+# of this container runs inside it, and no shell runs before it) on this file, with the options
+# of the next line. It stops the harness's shells and every process left behind, checks the
+# interpreter and everything it loads against the healthy image (tests/runtime.txt), runs
+# tests/verifier.py with it and writes the reward itself, once.
+# boot: {boot_line}
+# A harness that runs this file with bash instead reaches the same program:
+exec {tests}/boot script {tests}/test.sh
+echo "verifier: cannot start {tests}/boot: reward 0"{refused}
+mkdir -p {reward_dir} && echo 0 > {reward}
+"""
+# A tests folder whose path is only known when the harness runs (Terminal-Bench 1.0's $TEST_DIR):
+# bash starts the boot tool.
+TEST_SH_BASH = """#!/bin/bash
 # Verifier of miner task {task_id}: writes {reward} (1 = repaired, 0 = not).
 # tests/boot (a static program built from miner's boot.c: no file of this container runs inside
 # it) kills stray processes, checks the interpreter and everything it loads against the healthy
 # image (tests/runtime.txt), runs tests/verifier.py with it and writes the reward itself, once.
 shopt -s execfail
-exec {tests}/boot score --list {tests}/runtime.txt --reward {reward} --python {python} \\
-    --deadline {deadline}{options} -- {tests}/verifier.py --reward {reward}
+exec {tests}/boot {boot_line}
 echo "verifier: cannot start {tests}/boot: reward 0"{refused}
 mkdir -p {reward_dir} && echo 0 > {reward}
 """
@@ -545,13 +605,24 @@ mkdir -p {reward_dir} && echo 0 > {reward}
 
 def test_script(ts: TaskSource, manifest: dict, reward: str = "/logs/verifier/reward.txt",
                 tests_dir: str = "/tests", options: str = " --kill-ancestors", refused: str = "") -> str:
-    """The verifier's shell entry point: it hands over to the boot tool at once. `options` are the
-    boot tool's (see boot.c), `refused` lines run when the boot tool cannot start."""
-    python = manifest["system_python"]
+    """The verifier's entry point: the boot tool runs it (its interpreter line, for a tests folder
+    at a fixed path) or bash hands over to it at once. `options` are the boot tool's (see boot.c),
+    `refused` lines run when the boot tool cannot start."""
+    python = manifest["system_python"]["real"]
     deadline = int(verifier_timeout(ts.task)) - 30  # the harness's own limit comes after
-    return TEST_SH.format(task_id=ts.task.id, reward=reward, reward_dir=os.path.dirname(reward),
-                          python=shlex.quote(python["real"]), tests=tests_dir, deadline=deadline,
-                          options=options, refused=refused)
+    fixed = tests_dir.startswith("/")
+    if fixed and any(c.isspace() for c in python + tests_dir + reward):
+        raise ExportError(f"the verifier's paths must hold no spaces (interpreter {python!r})")
+    boot_line = BOOT_LINE.format(tests=tests_dir, reward=reward, python=python if fixed else shlex.quote(python),
+                                 deadline=deadline, options=options)
+    return (TEST_SH if fixed else TEST_SH_BASH).format(
+        task_id=ts.task.id, reward=reward, reward_dir=os.path.dirname(reward), tests=tests_dir,
+        boot_line=boot_line, refused=refused)
+
+
+def tests_sums(files: dict[str, bytes]) -> bytes:
+    """SHA256SUMS of tests/ (`sha256sum -c` reads it): one "DIGEST  PATH" line per file, sorted."""
+    return "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in sorted(files.items())).encode()
 
 
 def verifier_files(ts: TaskSource, manifest: dict, boot: bytes) -> dict[str, bytes]:
@@ -561,7 +632,7 @@ def verifier_files(ts: TaskSource, manifest: dict, boot: bytes) -> dict[str, byt
     files = {
         BOOT_NAME: boot,
         RUNTIME_NAME: runtime_text(manifest).encode(),
-        **{name: asset(name) for name in (*VERIFIER_ASSETS, "verifier_pytest.py", "probe.py")},
+        **{name: asset(name) for name in VERIFIER_FILES},
         "spec.json": json.dumps(verifier_spec(ts, originals), indent=1, sort_keys=True).encode(),
         "manifest.json": json.dumps({k: v for k, v in manifest.items() if k != "runtime"}, indent=1,
                                     sort_keys=True).encode(),

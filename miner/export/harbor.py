@@ -27,6 +27,8 @@ Registered as the format "harbor" (miner.export.registry).
 
 from __future__ import annotations
 
+import hashlib
+
 import tomli_w
 
 from miner import __version__
@@ -36,6 +38,8 @@ from miner.export.common import (
     ExportOptions,
     ManifestCache,
     PipForwarding,
+    SNAPSHOT,
+    TESTS_DIGEST_KEY,
     TaskSource,
     agent_timeout,
     compose_override,
@@ -49,6 +53,7 @@ from miner.export.common import (
     solve_script,
     solver_view_file,
     test_script,
+    tests_sums,
     verifier_files,
     verifier_timeout,
 )
@@ -123,29 +128,44 @@ def task_config(ts: TaskSource, options: ExportOptions, pip_env: dict[str, str] 
             "repair_network": "none" if offline(ts, pip_env) else "allowlist" if route.needed else "unknown",
             "allowed_hosts": list(route.hosts),
         },
-        "verifier": {"timeout_sec": verifier_timeout(task)},
+        "verifier": verifier_table(task, options),
         "agent": {"timeout_sec": agent_timeout(task)},
         "environment": environment,
     }
+
+
+def verifier_table(task, options: ExportOptions) -> dict:  # noqa: ANN001 - a Task
+    """[verifier]: its time limit and, in the separate mode, Harbor's own verifier container (a fresh
+    copy of environment/) with the agent's changes collected as data (miner/assets/restore.py)."""
+    table: dict = {"timeout_sec": verifier_timeout(task)}
+    if options.verifier_mode == "separate":
+        table |= {"environment_mode": "separate", "collect": [{"command": SNAPSHOT, "timeout_sec": 600.0}]}
+    return table
 
 
 def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
                manifests: ManifestCache) -> dict[str, bytes]:
     """Every file of the task folder, by folder-relative path."""
     pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
+    separate = options.verifier_mode == "separate"
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
+    boot_options = " --kill-ancestors" + (" --restore /logs/artifacts" if separate else "")
+    tests = {"test.sh": test_script(ts, manifest, options=boot_options).encode()}
+    tests |= verifier_files(ts, manifest, manifests.boot()) | solver_view_file(ts, manifest)
+    sums = tests_sums(tests)
+    config = task_config(ts, options, pip.env)
+    config["metadata"][TESTS_DIGEST_KEY] = hashlib.sha256(sums).hexdigest()
     files: dict[str, bytes] = {
-        "task.toml": tomli_w.dumps(task_config(ts, options, pip.env)).encode(),
+        "task.toml": tomli_w.dumps(config).encode(),
         "instruction.md": instruction(ts).encode(),
-        "environment/Dockerfile": dockerfile(ts, options.base_image, pip).encode(),
+        "environment/Dockerfile": dockerfile(ts, options.base_image, pip, marker=separate).encode(),
         "environment/docker-compose.yaml": compose_override("main", offline=offline(ts, pip.env)).encode(),
-        "tests/test.sh": test_script(ts, manifest).encode(),
         "solution/solve.sh": solve_script(ts.task).encode(),
+        "tests/SHA256SUMS": sums,
     }
     files |= {f"environment/{k}": v for k, v in context.items()}
-    files |= {f"tests/{k}": v for k, v in verifier_files(ts, manifest, manifests.boot()).items()}
-    files |= {f"tests/{k}": v for k, v in solver_view_file(ts, manifest).items()}
+    files |= {f"tests/{k}": v for k, v in tests.items()}
     return files
 
 
