@@ -652,10 +652,13 @@ def attack_target(store: Store, export_cache: Path, tmp_path_factory: pytest.Tem
     assert task is not None, "no mined task has an F2P test failing in-process"
     module, f2p = fooled_by_a_patched_pytest(store, task)
     out = tmp_path_factory.mktemp("attacked")
-    summary = export_tasks(store, [task], "harbor", out, ExportOptions(cache_dir=export_cache))
+    # the shared mode: the attacks run in the container the verifier then runs in (the separate
+    # mode's fresh container is checked against the whole catalogue by test_attacks.py)
+    options = ExportOptions(cache_dir=export_cache, verifier_mode="shared")
+    summary = export_tasks(store, [task], "harbor", out, options)
     assert not summary.failed, summary.failed
     folder = out / summary.outcomes[0].name
-    checker = Checker()
+    checker = Checker(verifier_mode="shared")
     image = checker.build(folder, 1200)
     files = {t.split("::")[0] for t in task.f2p if not t.startswith("probe::")}
     places = {"F2P_FILES": " ".join(sorted(shlex.quote(f) for f in files)), "MODULE": module}
@@ -690,7 +693,7 @@ def test_untouched_broken_environment_scores_zero_and_fails_naively(attack_targe
     try:
         outcomes = naive_outcomes(container, f2p)
         assert naive_exit_code(container) != 0 and any(outcomes.get(t) != "passed" for t in f2p)
-        result = checker.verify(container, folder, read_config(folder))
+        result = checker.verify(container, folder, read_config(folder), image)
         assert result.reward == 0 and not result.problems
     finally:
         container.remove(force=True)
@@ -711,7 +714,7 @@ def test_attack_scores_zero(attack_target, attack: str) -> None:
         else:
             outcomes = naive_outcomes(container, f2p)
             assert all(outcomes.get(t) == "passed" for t in f2p), f"control: {attack} should fool pytest: {outcomes}"
-        result = checker.verify(container, folder, read_config(folder))
+        result = checker.verify(container, folder, read_config(folder), image)
         assert result.reward == 0, result.output[-2000:]
         reason = REFUSED_BECAUSE[attack]
         if reason is None:
@@ -738,7 +741,7 @@ def test_reward_writer_left_running_is_killed(attack_target) -> None:
             if seen[-1] == b"1":
                 break
         assert seen[-1] == b"1", seen
-        result = checker.verify(container, folder, read_config(folder))
+        result = checker.verify(container, folder, read_config(folder), image)
         time.sleep(1)
         assert result.reward == 0 and "killed" in result.output
         assert read_file(container, "/logs/verifier/reward.txt").strip() == b"0"
@@ -753,7 +756,7 @@ def test_planted_reward_json_is_removed(attack_target) -> None:
     container = checker.start(image, folder)
     try:
         in_sandbox(container, "echo '{\"reward\": 1}' > /logs/verifier/reward.json")
-        result = checker.verify(container, folder, read_config(folder))
+        result = checker.verify(container, folder, read_config(folder), image)
         assert result.reward == 0 and read_file(container, "/logs/verifier/reward.json") is None
     finally:
         container.remove(force=True)
@@ -771,7 +774,7 @@ def test_replaced_interpreter_scores_zero(attack_target) -> None:
                    + " && chmod +x /usr/bin/python3")
         in_sandbox(container, "/usr/bin/python3; cp /logs/verifier/reward.txt /tmp/control")
         assert read_file(container, "/tmp/control").strip() == b"1"  # control: the fake would score 1
-        result = checker.verify(container, folder, read_config(folder))
+        result = checker.verify(container, folder, read_config(folder), image)
         assert result.reward == 0 and any("/usr/bin differs from the healthy image" in p for p in result.problems)
     finally:
         container.remove(force=True)

@@ -36,12 +36,12 @@ def dataset(harbor_export) -> tuple[Path, dict[str, str]]:
     return out, {folder.name: family for family, folder in folders.items()}
 
 
-def test_lint_reports_only_the_shared_verifier(harbor, dataset) -> None:
+def test_lint_finds_nothing(harbor, dataset) -> None:
+    """The tasks declare a separate verifier environment, so even Harbor's shared-verifier note
+    (given to every task whose verifier runs in the agent's container) is absent."""
     out, names = dataset
     done = harbor("lint", *sorted(out / name for name in names), "--json", timeout=300)
-    findings = json.loads(done.stdout)
-    assert {f["rule"] for f in findings} <= {"shared-verifier"}, findings
-    assert len(findings) == len(names)  # one shared-verifier note a task, nothing else
+    assert json.loads(done.stdout) == []
 
 
 @pytest.mark.parametrize("agent, expected", [("oracle", 1.0), ("nop", 0.0)])

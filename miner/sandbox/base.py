@@ -142,6 +142,11 @@ class Sandbox(abc.ABC):
     def close(self) -> None:
         """Remove everything this copy created."""
 
+    def settle(self) -> None:
+        """End every process the last command left running, keeping the files: the tests then run
+        in a clean process space, as an exported task's verifier does. A backend whose commands
+        each run in a process namespace of their own (the local one) has nothing to end."""
+
     @property
     def location(self) -> str:
         """A human-readable handle (folder or container id) for --keep."""

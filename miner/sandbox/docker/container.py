@@ -201,6 +201,12 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             log.warning("could not restart container %s: %s", self.location, exc)
 
+    def settle(self) -> None:
+        """A break or fix script may leave a process behind (a service it started): the container
+        restarts, its files kept, so no such process is alive while the tests run."""
+        if not self.closed:
+            self._restart()
+
     def _timed(self, argv: list[str], timeout: float) -> list[str]:
         if not self.has_timeout:
             return argv
