@@ -387,9 +387,9 @@ class Checker:
         result = CheckResult(path=task_dir)
         try:
             config = read_config(task_dir)
-            check_tests_folder(task_dir, config)
             result.name = config["task"]["name"]
             read_solver_view(task_dir)  # before the build: a task without one is named at once
+            check_tests_folder(task_dir, config)
             start = time.monotonic()
             image = self.build(task_dir, float(config.get("environment", {}).get("build_timeout_sec") or 1200))
             result.build_seconds = round(time.monotonic() - start, 2)

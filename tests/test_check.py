@@ -42,6 +42,53 @@ def copy_task(folder: Path, dest: Path) -> Path:
     return dest
 
 
+def reseal(task: Path) -> None:
+    """Record tests/ as it now is (SHA256SUMS and task.toml's digest of it), as an exporter would:
+    for tests that change a verifier input on purpose."""
+    import hashlib
+    import tomllib
+
+    import tomli_w
+
+    from miner.export.common import TESTS_DIGEST_KEY, tests_sums
+
+    tests = task / "tests"
+    sums = tests_sums({p.relative_to(tests).as_posix(): p.read_bytes() for p in tests.rglob("*")
+                       if p.is_file() and p.name != "SHA256SUMS"})
+    (tests / "SHA256SUMS").write_bytes(sums)
+    config = tomllib.loads((task / "task.toml").read_text())
+    config["metadata"][TESTS_DIGEST_KEY] = hashlib.sha256(sums).hexdigest()
+    (task / "task.toml").write_text(tomli_w.dumps(config))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("edit, named", [
+    ("append:spec.json", "tests/spec.json was altered since the export"),
+    ("add:conftest.py", "tests/conftest.py was added since the export"),
+    ("remove:verifier_pytest.py", "tests/verifier_pytest.py was removed since the export"),
+    ("append:SHA256SUMS", "tests/SHA256SUMS was altered since the export"),
+    ("reseal-append:verifier.py", "tests/verifier.py is not this miner's verifier file"),
+])
+def test_a_task_whose_tests_were_altered_is_refused_unscored(exported: dict[str, Path], tmp_path: Path,
+                                                             edit: str, named: str) -> None:
+    """Bad input: tests/ (or a verifier file in it) changed after the export is refused with the
+    file named, before anything is built or scored."""
+    task = copy_task(next(iter(exported.values())), tmp_path / "tampered")
+    how, name = edit.split(":")
+    path = task / "tests" / name
+    if how == "remove":
+        path.unlink()
+    elif how == "add":
+        path.write_text("import pytest\n")
+    else:
+        path.write_bytes(path.read_bytes() + b"\n# x\n")
+    if how.startswith("reseal"):
+        reseal(task)  # the sums agree: only the comparison with the miner's own file sees it
+    (result,) = check_tasks([task])
+    assert not result.ok and named in result.reason and "nothing is scored" in result.reason
+    assert result.nop is None and result.oracle is None and result.build_seconds == 0
+
+
 @pytest.mark.docker
 def test_a_break_that_breaks_nothing_is_named(exported: dict[str, Path], tmp_path: Path) -> None:
     task = copy_task(next(iter(exported.values())), tmp_path / "noop-break")
@@ -70,6 +117,7 @@ def test_a_solver_view_the_shells_do_not_show_is_named(exported: dict[str, Path]
     data = json.loads(path.read_text())
     data["view"] |= {"command": "python -c 'print(\"1 passed\")'", "line": ""}
     path.write_text(json.dumps(data))
+    reseal(task)
     (result,) = check_tasks([task])
     assert result.nop.reward == 0 and result.oracle.reward == 1
     assert not result.ok and result.reason.startswith("solver's view, untouched: it passes in `login`")
