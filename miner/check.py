@@ -57,6 +57,9 @@ VERIFIER_MODES = ("separate", "shared")
 ARTIFACTS = "/logs/artifacts"
 COLLECT_TIMEOUT = 600
 REWARD = "/logs/verifier/reward.txt"
+REWARD_JSON = "/logs/verifier/reward.json"
+# Harbor's first verifier step (Verifier._remove_reward_files): when it fails, the trial errors.
+CLEAR_COMMAND = ["rm", "-f", "--", REWARD, REWARD_JSON]
 VERDICT = "/logs/verifier/verdict.json"
 BOOT_REJECT = re.compile(r"^verifier: REJECT: (.+)$", re.MULTILINE)  # boot.c's reasons for not running it
 SOLVER_VIEW = "tests/solver_view.json"
@@ -341,6 +344,10 @@ class Checker:
         """Upload tests/ and run tests/test.sh as Harbor's verifier does; read the reward and verdict."""
         result = Scenario()
         start = time.monotonic()
+        if self.run(container, CLEAR_COMMAND, 60) != 0:  # as Harbor: the trial stops with an error, no reward
+            result.problems = ["the harness could not remove the old reward files: the trial ends in an error, "
+                               "with no reward"]
+            return result
         container.put_archive("/", tar_folder(task_dir / "tests", "tests"))
         limit = float(config.get("verifier", {}).get("timeout_sec") or 600)
         code = self.run(container, ["bash", "-c", TEST_COMMAND], limit)

@@ -591,6 +591,113 @@ static int mapping_intact(long pid, int mem, const struct mapping *m, const char
     return ok;
 }
 
+/* -- PID 1 held ------------------------------------------------------------------------------------------
+ * No process of the container can stop or kill PID 1, and code injected into it (a writer entered at
+ * a return address, or a chain of its own instructions) would outlive every sweep. So a child of this
+ * tool attaches to every thread of PID 1 (PTRACE_SEIZE, new threads included) and interrupts it: PID 1
+ * stays in a ptrace stop, never resumed, until the container ends. The child is undumpable (inherited);
+ * a sweep keeps a tracer of PID 1 only when it is a child of this chain (is_holder). */
+
+#define PTRACE_SEIZE_ 0x4206
+#define PTRACE_INTERRUPT_ 0x4207
+#define PTRACE_O_TRACECLONE_ 0x8
+#define WALL_ 0x40000000
+#define EPERM_ 1
+
+/* is `pid` the holder: a child of this tool or of one of its ancestors but PID 1 (the only children
+ * those have are this chain's own: no process of the agent's can be one, while an orphan of the
+ * agent's becomes a child of PID 1)? */
+static int is_holder(long pid) {
+    long parent = stat_of(pid, 0);
+    if (parent <= 1) return 0;
+    if (parent == sys_getpid()) return 1;
+    for (int i = 0; i < n_ancestors; i++)
+        if (ancestors[i] == parent && parent != 1) return 1;
+    return 0;
+}
+
+static long init_holder(void) {
+    long tracer = status_field(1, "TracerPid:");
+    return tracer > 0 && is_holder(tracer) ? tracer : 0;
+}
+
+/* seize every thread of PID 1 not held yet: 1 when all are held, 0 when one is traced by another
+ * process (retry), -1 when this container does not allow tracing at all */
+static int seize_init(void) {
+    char names_copy[64][16];
+    int count = read_names("/proc/1/task", 0), all = 1;
+    if (count > 64) count = 64;
+    for (int i = 0; i < count; i++) cat(names_copy[i], sizeof names_copy[i], names[i], 0, 0);
+    for (int i = 0; i < count; i++) {
+        long tid = parse_long(names_copy[i]);
+        long r = sc4(SYS_ptrace, PTRACE_SEIZE_, tid, 0, PTRACE_O_TRACECLONE_);
+        if (r == 0 || status_field(tid, "TracerPid:") == sys_getpid()) {
+            sc4(SYS_ptrace, PTRACE_INTERRUPT_, tid, 0, 0);
+            continue;
+        }
+        if (r == -EPERM_ && status_field(tid, "TracerPid:") == 0) return -1; /* no ptrace here */
+        all = 0;
+    }
+    return all;
+}
+
+static void holder_main(int report) {
+    int null = sys_open("/dev/null", O_RDWR | O_CLOEXEC, 0);
+    for (int fd = 0; fd < 3 && null >= 0; fd++) sc3(SYS_dup3, null, fd, 0);
+    sc0(SYS_setsid);
+    int held = 0;
+    for (int round = 0; round < 1500 && held == 0; round++) { /* up to 30 s: a tracer of the agent's dies */
+        held = seize_init();
+        if (held == 0) pause_ms(20);
+    }
+    sys_write(report, held == 1 ? "H" : held < 0 ? "N" : "F", 1);
+    sys_close(report);
+    if (held != 1) sys_exit(0);
+    for (;;) { /* stops of PID 1 (a signal, a new thread) are waited for and never resumed */
+        int status;
+        if (sc4(SYS_wait4, -1, &status, WALL_, 0) < 0) {
+            if (init_holder() != sys_getpid()) sys_exit(0);
+            pause_ms(1000);
+        }
+    }
+}
+
+static int holder_fd = -1;
+
+/* start holding PID 1 (once); see holder_state */
+static void hold_init(void) {
+    if (holder_fd >= 0 || init_holder()) return;
+    int fds[2];
+    if (sc2(SYS_pipe2, fds, O_CLOEXEC) < 0) return;
+    long pid = sc5(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) {
+        sys_close(fds[0]);
+        holder_main(fds[1]);
+    }
+    sys_close(fds[1]);
+    if (pid < 0) {
+        sys_close(fds[0]);
+        return;
+    }
+    sc3(SYS_fcntl, fds[0], F_SETFL, O_NONBLOCK);
+    holder_fd = fds[0];
+}
+
+/* 'H' PID 1 held, 'N' tracing not allowed in this container (nothing held: said, not refused),
+ * 'F' another process traces it, '?' no answer within `wait_ms` */
+static char holder_state(long wait_ms) {
+    static char state = '?';
+    if (init_holder()) state = 'H';
+    for (long start = now_ms(); state == '?' && holder_fd >= 0;) {
+        char c;
+        if (sys_read(holder_fd, &c, 1) == 1) state = c;
+        else if (now_ms() - start >= wait_ms) break;
+        else pause_ms(5);
+    }
+    return state;
+}
+
+
 /* What is wrong with the code PID runs (0 when nothing): traced, an executable mapping of no file or
  * of a file not verified (with `verified_only`), or bytes in memory that its file does not hold. */
 static const char *code_fault(long pid, int verified_only, const char *exe_or_null) {
@@ -602,7 +709,8 @@ static const char *code_fault(long pid, int verified_only, const char *exe_or_nu
         exe_buf[len > 0 ? len : 0] = 0;
         exe = exe_buf;
     }
-    if (status_field(pid, "TracerPid:") != 0) return "is traced by another process";
+    long tracer = status_field(pid, "TracerPid:");
+    if (tracer != 0 && !(pid == 1 && is_holder(tracer))) return "is traced by another process";
     proc_path(path, sizeof path, pid, "/maps");
     long n = read_small(path);
     if (n <= 0) return "has no readable memory map";
@@ -649,6 +757,8 @@ static void keep_ancestors(void) {
     find_ancestors();
     n_keep = 0;
     keep[n_keep++] = 1;
+    long holder = init_holder();
+    if (holder) keep[n_keep++] = holder;
     for (int i = 0; i < n_ancestors; i++) keep[n_keep++] = ancestors[i];
 }
 
@@ -824,16 +934,25 @@ static void dirname_of(const char *path, char *dir, size_t cap) {
 /* the reward folder as a real folder this tool can write: a symlink planted there is removed, and
    the mode of a folder it owns reset (root without CAP_DAC_OVERRIDE cannot write into a folder of
    mode 555, but as its owner it may change the mode) */
+static void owner_may_enter(const char *dir) {
+    struct stat st;
+    if (sys_lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && (long)st.st_uid == sc0(SYS_geteuid)
+        && (st.st_mode & 0700) != 0700)
+        sys_chmod(dir, (int)(st.st_mode & 07777) | 0700);
+}
+
 static int reward_folder(const char *reward, char *dir, size_t cap) {
     struct stat st;
     dirname_of(reward, dir, cap);
-    if (sys_lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) sys_unlink(dir, 0);
-    for (size_t i = 1; dir[i]; i++) /* mkdir -p */
+    for (size_t i = 1; dir[i]; i++) /* mkdir -p, each parent made writable by its owner (a locked
+                                       parent would keep a symlink planted as the folder) */
         if (dir[i] == '/') {
             dir[i] = 0;
             sys_mkdir(dir, 0755);
+            owner_may_enter(dir);
             dir[i] = '/';
         }
+    if (sys_lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) sys_unlink(dir, 0);
     sys_mkdir(dir, 0755);
     if (sys_lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return -1;
     if ((long)st.st_uid == sc0(SYS_geteuid) && (st.st_mode & 07777) != 0755) sys_chmod(dir, 0755);
@@ -1127,6 +1246,9 @@ static int cmd_score(int argc, char **argv) {
     int load_list_failed = load_list(o.list) != 0; /* first: it names the keep-alive program */
     int ok = !load_list_failed && !traced_at_start;
     if (traced_at_start) say("verifier: REJECT: the boot tool is traced by another process", 0, 0);
+    if (o.kill) hold_init();
+    if (o.kill && holder_state(1000) == 'N')
+        say("verifier: this container allows no tracing: PID 1 is checked, not held", 0, 0);
     if (o.kill && check_survivors()) ok = 0;
     if (o.kill) freeze_strays();
     /* reward 0 from now on, whatever ends this run early (the container stopped, the deadline) */
@@ -1153,12 +1275,19 @@ static int cmd_score(int argc, char **argv) {
     }
     if (o.kill) kill_strays();
     else find_ancestors(), n_keep = 0;
+    if (o.kill && check_survivors()) ok = 0; /* again: nothing wrote into them while the tests ran */
     char dir[4096], json[4096], tmp[4096];
     dirname_of(o.reward, dir, sizeof dir);
     cat(json, sizeof json, dir, "/reward.json", 0);
     cat(tmp, sizeof tmp, o.reward, ".tmp", 0);
     const char *held[] = {o.reward, json, tmp};
     if (o.kill && reward_held(held, 3)) ok = 0;
+    char hold = o.kill ? holder_state(3000) : 'N';
+    if (hold != 'H' && hold != 'N') {
+        say("verifier: REJECT: the container's first process (pid 1) could not be held still (another "
+            "process traces it): what it runs could write after this tool", 0, 0);
+        ok = 0;
+    }
     if (write_reward(o.reward, ok) < 0) {
         say("verifier: REJECT: the reward file ", o.reward, " could not be replaced: reward 0, whatever it holds");
         ok = 0;

@@ -302,9 +302,23 @@ def python_identity(path: str) -> dict[str, str | None]:
     return {"path": path, "real": real, "sha256": sha256_file(real)}
 
 
+def undumpable() -> bool:
+    """PR_SET_DUMPABLE 0 for this process: the tests run as root too, and a process of the same uid
+    (no capability is needed when none is held) could otherwise attach to the verifier or write its
+    memory. The boot tool is undumpable, but exec made this process dumpable again; until this
+    call nothing but the boot tool's chain runs. False where ctypes is missing."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE = 4
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
 def warm_up() -> None:
     """Run every code path scoring takes before the system check, so that each module it needs is
     imported now, from files the boot tool verified (at export: so that the runtime list holds them)."""
+    undumpable()
     parse_junit(b'<testsuite><testcase classname="a.b" name="c" file="a/b.py"><failure/></testcase></testsuite>')
     json.loads(json.dumps({"a": [1, "b", None]}))
     hashlib.sha256(b"").hexdigest()
