@@ -663,6 +663,8 @@ static void holder_main(int report) {
 }
 
 static int holder_fd = -1;
+static long holder_pid; /* this run's holder, kept by the sweeps before it holds PID 1 */
+static int pid1_final; /* set for the last check of the survivors, PID 1 held */
 
 /* start holding PID 1 (once); see holder_state */
 static void hold_init(void) {
@@ -681,6 +683,7 @@ static void hold_init(void) {
     }
     sc3(SYS_fcntl, fds[0], F_SETFL, O_NONBLOCK);
     holder_fd = fds[0];
+    holder_pid = pid;
 }
 
 /* 'H' PID 1 held, 'N' tracing not allowed in this container (nothing held: said, not refused),
@@ -710,7 +713,9 @@ static const char *code_fault(long pid, int verified_only, const char *exe_or_nu
         exe = exe_buf;
     }
     long tracer = status_field(pid, "TracerPid:");
-    if (tracer != 0 && !(pid == 1 && is_holder(tracer))) return "is traced by another process";
+    /* PID 1 traced at the start (a holder a previous run left, or a tracer of the agent's) is not a
+       fault yet: the sweep kills that tracer and the final check, PID 1 held, decides */
+    if (tracer != 0 && !(pid == 1 && (is_holder(tracer) || !pid1_final))) return "is traced by another process";
     proc_path(path, sizeof path, pid, "/maps");
     long n = read_small(path);
     if (n <= 0) return "has no readable memory map";
@@ -759,6 +764,7 @@ static void keep_ancestors(void) {
     keep[n_keep++] = 1;
     long holder = init_holder();
     if (holder) keep[n_keep++] = holder;
+    if (holder_pid && holder_pid != holder) keep[n_keep++] = holder_pid;
     for (int i = 0; i < n_ancestors; i++) keep[n_keep++] = ancestors[i];
 }
 
@@ -1247,7 +1253,7 @@ static int cmd_score(int argc, char **argv) {
     int ok = !load_list_failed && !traced_at_start;
     if (traced_at_start) say("verifier: REJECT: the boot tool is traced by another process", 0, 0);
     if (o.kill) hold_init();
-    if (o.kill && holder_state(1000) == 'N')
+    if (o.kill && holder_state(300) == 'N')
         say("verifier: this container allows no tracing: PID 1 is checked, not held", 0, 0);
     if (o.kill && check_survivors()) ok = 0;
     if (o.kill) freeze_strays();
@@ -1275,19 +1281,20 @@ static int cmd_score(int argc, char **argv) {
     }
     if (o.kill) kill_strays();
     else find_ancestors(), n_keep = 0;
-    if (o.kill && check_survivors()) ok = 0; /* again: nothing wrote into them while the tests ran */
-    char dir[4096], json[4096], tmp[4096];
-    dirname_of(o.reward, dir, sizeof dir);
-    cat(json, sizeof json, dir, "/reward.json", 0);
-    cat(tmp, sizeof tmp, o.reward, ".tmp", 0);
-    const char *held[] = {o.reward, json, tmp};
-    if (o.kill && reward_held(held, 3)) ok = 0;
     char hold = o.kill ? holder_state(3000) : 'N';
     if (hold != 'H' && hold != 'N') {
         say("verifier: REJECT: the container's first process (pid 1) could not be held still (another "
             "process traces it): what it runs could write after this tool", 0, 0);
         ok = 0;
     }
+    pid1_final = 1;
+    if (o.kill && check_survivors()) ok = 0; /* again, PID 1 held: nothing wrote into them meanwhile */
+    char dir[4096], json[4096], tmp[4096];
+    dirname_of(o.reward, dir, sizeof dir);
+    cat(json, sizeof json, dir, "/reward.json", 0);
+    cat(tmp, sizeof tmp, o.reward, ".tmp", 0);
+    const char *held[] = {o.reward, json, tmp};
+    if (o.kill && reward_held(held, 3)) ok = 0;
     if (write_reward(o.reward, ok) < 0) {
         say("verifier: REJECT: the reward file ", o.reward, " could not be replaced: reward 0, whatever it holds");
         ok = 0;
