@@ -20,9 +20,14 @@ from miner.cli import main
 # Every way through the verifier the issue names: the project and its tests, pytest and the venv,
 # the environment file, the reward file, the standard library, hashing and listing tools, the
 # interpreter, the shells, the dynamic loader, PATH.
-CLASSES = {"project", "tests", "runner", "env", "reward", "stdlib", "tools", "interpreter", "shell", "loader", "path"}
+CLASSES = {"project", "tests", "runner", "env", "reward", "stdlib", "tools", "interpreter", "shell", "loader", "path",
+           # issue 22's four: a writer surviving the sweep, code the verifier runs, the reward
+           # folder, a break satisfied instead of repaired
+           "survival", "verifier-runs", "reward-folder", "satisfied"}
+ISSUE_CLASSES = ("survival", "verifier-runs", "reward-folder", "satisfied")
 # Shortcuts that need the task to name something (a package to edit); elsewhere they may not apply.
 MAY_NOT_APPLY = {"source-edited"}
+NOT_THIS_TASK = 3  # a script's exit code when the task lacks what it works on (e.g. no PYTHONHOME break)
 
 
 def test_the_catalogue_covers_every_class() -> None:
@@ -34,6 +39,20 @@ def test_the_catalogue_covers_every_class() -> None:
     outside = [a.id for a in catalogue.attacks if a.reach != "verifier"]
     assert outside == ["shell-bash-skips-verifier"], "only the harness's own bash is out of reach"
     assert {"grant.so", "force_pass.py"} <= set(catalogue.payloads)
+    for klass in ISSUE_CLASSES:
+        assert sum(a.klass == klass for a in catalogue.attacks) >= 2, klass
+
+
+def test_generated_shortcuts_cover_every_hook_with_every_payload_of_its_kind() -> None:
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "miner" / "assets" / "attacks.yaml").read_text())
+    hooks, payloads = data["generated"]["hooks"], data["generated"]["payloads"]
+    generated = load_catalogue([], generated=True).attacks
+    expected = {f"{h['id']}--{p['id']}" for h in hooks for p in payloads[h["kind"]]}
+    assert expected <= {a.id for a in generated} and len(expected) >= 30
+    assert {h["class"] for h in hooks} == {"verifier-runs", "survival"}
+    assert {a.id for a in load_catalogue([]).attacks}.isdisjoint(expected)  # only with --generated
 
 
 def test_only_and_extra_files(tmp_path: Path) -> None:
@@ -72,7 +91,8 @@ def assert_refused_everywhere(reports: list[TaskReport]) -> None:
                                     report.oracle and report.oracle.why())
         assert not report.holes, [(report.name, o.attack.id, o.why) for o in report.holes]
         failed = [(o.attack.id, o.applied, o.log) for o in report.outcomes
-                  if o.applied != 0 and o.attack.id not in MAY_NOT_APPLY]
+                  if o.applied != 0 and o.attack.id not in MAY_NOT_APPLY
+                  and not (o.applied == NOT_THIS_TASK and o.attack.klass == "satisfied")]
         assert not failed, f"{report.name}: shortcuts that did not apply (a 0 would prove nothing): {failed}"
         assert {o.attack.id for o in report.outcomes} == {a.id for a in load_catalogue([]).attacks}
 
@@ -101,3 +121,34 @@ def test_cli_reports_a_shortcut_that_scores(harbor_export, tmp_path: Path) -> No
     assert result.exit_code != 0, result.output
     assert "1 shortcut run(s) scored above 0" in result.output and "the-real-fix" in result.output
     assert "1 out of its reach" in result.output
+
+
+@pytest.mark.docker
+def test_a_break_satisfied_instead_of_repaired_scores_zero(mined_store: Path, harbor_export, tmp_path: Path) -> None:
+    """PYTHONPATH kept, only what it shadows emptied or shimmed: the break is satisfied, not repaired."""
+    from miner.export import ExportOptions, export_tasks
+    from miner.store import Store
+
+    with Store(mined_store, create=False) as store:
+        tasks = [t for t in store.list_tasks() if t.type_id == "env/poison-pythonpath"][:1]
+        assert tasks, "the session crawl mines env/poison-pythonpath (conftest.MINED_TYPES)"
+        summary = export_tasks(store, tasks, "harbor", tmp_path, ExportOptions(cache_dir=harbor_export.cache))
+    reports = attack_tasks([tmp_path / summary.outcomes[0].name], load_catalogue([]).select(["satisfied"]), jobs=2)
+    (report,) = reports
+    assert report.baseline_ok and not report.holes, [(o.attack.id, o.why) for o in report.holes]
+    applied = {o.attack.id for o in report.outcomes if o.applied == 0}
+    assert applied == {"satisfied-pythonpath-shadow-emptied", "satisfied-pythonpath-shadow-shimmed"}, \
+        [(o.attack.id, o.applied, o.log) for o in report.outcomes]
+    assert all("the break's variable must be put back" in o.why for o in report.outcomes if o.applied == 0)
+
+
+@pytest.mark.docker
+def test_generated_shortcuts_score_zero_with_a_shared_verifier(harbor_export) -> None:
+    """Every hook point with every payload, against the verifier in the agent's own container."""
+    generated = load_catalogue([], generated=True)
+    only = generated.select(sorted({a.id for a in generated.attacks} - {a.id for a in load_catalogue([]).attacks}))
+    reports = attack_tasks([harbor_export.folders["config"]], only, jobs=2, verifier_mode="shared")
+    (report,) = reports
+    assert report.baseline_ok and not report.holes, [(o.attack.id, o.why) for o in report.holes]
+    assert len(report.outcomes) >= 30 and all(o.applied == 0 for o in report.outcomes), \
+        [(o.attack.id, o.applied, o.log) for o in report.outcomes if o.applied != 0]
