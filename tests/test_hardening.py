@@ -208,10 +208,12 @@ def test_a_writer_that_would_outlive_the_sweep_writes_nothing_after_it(shared_ta
     container = checker.start(image, folder)
     try:
         log = as_agent(shared_task, container, catalogue_script(attack))
-        assert control in log and reward_after(container, 0.5) == b"1\n", log  # control: it writes
+        seen = [reward_after(container, 0.25) for _ in range(20)]  # control: it writes (under load: late)
+        assert control in log and b"1\n" in seen, (log, seen)
         result = checker.verify(container, folder, config, image)
         assert result.reward == 0, result.output[-2000:]
-        assert reward_after(container, 1.5) == b"0\n", "the writer ran again after the boot tool"
+        after = reward_after(container, 1.5)
+        assert after == b"0\n", f"the writer ran again after the boot tool: {after!r}\n{result.output[-1500:]}"
     finally:
         container.remove(force=True)
 

@@ -768,32 +768,55 @@ static void keep_ancestors(void) {
     for (int i = 0; i < n_ancestors; i++) keep[n_keep++] = ancestors[i];
 }
 
+/* visit(pid, state) for every process of /proc not kept; the sum of what the visits return, or -1
+ * when /proc cannot be read */
+static long each_process(long (*visit)(long pid, char state)) {
+    int fd = sys_open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    long total = 0, n;
+    static unsigned char buf[1 << 15];
+    while ((n = sys_getdents(fd, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < n;) {
+            struct dirent64_ *d = (struct dirent64_ *)(buf + off);
+            off += d->reclen;
+            if (d->name[0] < '0' || d->name[0] > '9') continue;
+            long pid = parse_long(d->name);
+            char state = 0;
+            if (kept(pid) || stat_of(pid, &state) < 0) continue;
+            if ((state == 'Z' || state == 'X') && !group_runs(pid)) continue; /* a corpse, nothing runs */
+            total += visit(pid, state);
+        }
+    }
+    sys_close(fd);
+    return total;
+}
+
+static long stop_one(long pid, char state) {
+    if (state == 'T' || state == 't') return 0;
+    sys_kill(pid, SIGSTOP);
+    return 1;
+}
+
 /* SIGSTOP every process but PID 1 and the ancestors until none runs: nothing of the agent's acts
  * while the reward files are cleared and the rest is looked at. */
 static void freeze_strays(void) {
     keep_ancestors();
     for (int round = 0; round < 50; round++) {
-        int fd = sys_open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-        if (fd < 0) return;
-        long running = 0, n;
-        static unsigned char buf[1 << 15];
-        while ((n = sys_getdents(fd, buf, sizeof buf)) > 0) {
-            for (long off = 0; off < n;) {
-                struct dirent64_ *d = (struct dirent64_ *)(buf + off);
-                off += d->reclen;
-                if (d->name[0] < '0' || d->name[0] > '9') continue;
-                long pid = parse_long(d->name);
-                char state = 0;
-                if (kept(pid) || stat_of(pid, &state) < 0 || state == 'T' || state == 't') continue;
-                if ((state == 'Z' || state == 'X') && !group_runs(pid)) continue;
-                sys_kill(pid, SIGSTOP);
-                running++;
-            }
-        }
-        sys_close(fd);
-        if (!running) return;
+        if (each_process(stop_one) <= 0) return;
         pause_ms(20);
     }
+}
+
+/* a healthy keep-alive (child of PID 1) is stopped and kept; anything else is killed */
+static long kill_one(long pid, char state) {
+    if (state != 'Z' && n_keep < 4096 && stat_of(pid, 0) == 1) {
+        sys_kill(pid, SIGSTOP);
+        if (keep_alive(pid)) {
+            keep[n_keep++] = pid;
+            return 0;
+        }
+    }
+    return sys_kill(pid, SIGKILL) == 0;
 }
 
 /* SIGKILL every process of the container but PID 1, the ancestors and healthy keep-alives, which
@@ -803,32 +826,9 @@ static long kill_strays(void) {
     long killed = 0;
     keep_ancestors();
     for (int round = 0; round < 50; round++) {
-        int fd = sys_open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-        if (fd < 0) return killed;
-        long found = 0, n;
-        static unsigned char buf[1 << 15];
-        while ((n = sys_getdents(fd, buf, sizeof buf)) > 0) {
-            for (long off = 0; off < n;) {
-                struct dirent64_ *d = (struct dirent64_ *)(buf + off);
-                off += d->reclen;
-                if (d->name[0] < '0' || d->name[0] > '9') continue;
-                long pid = parse_long(d->name);
-                char state = 0;
-                if (kept(pid) || stat_of(pid, &state) < 0) continue;
-                if ((state == 'Z' || state == 'X') && !group_runs(pid)) continue; /* a corpse, nothing runs */
-                if (state != 'Z' && n_keep < 4096 && stat_of(pid, 0) == 1) {
-                    sys_kill(pid, SIGSTOP);
-                    if (keep_alive(pid)) {
-                        keep[n_keep++] = pid;
-                        continue;
-                    }
-                }
-                if (sys_kill(pid, SIGKILL) == 0) found++;
-            }
-        }
-        sys_close(fd);
+        long found = each_process(kill_one);
+        if (found <= 0) break;
         killed += found;
-        if (!found) break;
         pause_ms(100);
     }
     return killed;
