@@ -1,6 +1,6 @@
 """The verifier's time per task, before and after a change, side by side (issue 22: at most 1.5x).
 
-    python bench/verifier_time.py --store STORE --before 6cd2a17 [--per-type 1] [--limit 6] [--rounds 2]
+    python bench/verifier_time.py --store STORE --before 6cd2a17 [--limit 6] [--rounds 2]
 
 Checks out BEFORE into a temporary git worktree, exports the same tasks of STORE with each tree
 (each with its own `miner` package: PYTHONPATH), then, round after round, runs the oracle of every
@@ -71,29 +71,27 @@ def in_tree(tree: Path, code: str, *args: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-def choose(store: Path, per_type: int, limit: int) -> list[str]:
+def choose(store: Path, limit: int) -> list[str]:
+    """One task of each family (the first by type and id), up to `limit`."""
     from miner.export import select_tasks
     from miner.store import Store
 
     with Store(store, create=False) as opened:
-        kept: list = []
+        first: dict[str, str] = {}
         for task in sorted(select_tasks(opened), key=lambda t: (t.family, t.type_id, t.id)):
-            if sum(t.type_id == task.type_id for t in kept) < per_type and \
-                    sum(t.family == task.family for t in kept) < 1:
-                kept.append(task)
-    return [t.id for t in kept][:limit]
+            first.setdefault(task.family, task.id)
+    return list(first.values())[:limit]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--before", required=True, help="the git revision to compare with")
-    parser.add_argument("--per-type", type=int, default=1)
     parser.add_argument("--limit", type=int, default=6, help="tasks (one a family, up to this many)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--mode", default="separate", choices=("separate", "shared"))
     args = parser.parse_args()
-    ids = choose(args.store, args.per_type, args.limit)
+    ids = choose(args.store, args.limit)
     work = Path(tempfile.mkdtemp(prefix="miner-vtime-"))
     before = work / "before"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(before), args.before],

@@ -612,7 +612,7 @@ static int is_holder(long pid) {
     if (parent <= 1) return 0;
     if (parent == sys_getpid()) return 1;
     for (int i = 0; i < n_ancestors; i++)
-        if (ancestors[i] == parent && parent != 1) return 1;
+        if (ancestors[i] == parent) return 1;
     return 0;
 }
 
@@ -653,13 +653,10 @@ static void holder_main(int report) {
     sys_write(report, held == 1 ? "H" : held < 0 ? "N" : "F", 1);
     sys_close(report);
     if (held != 1) sys_exit(0);
-    for (;;) { /* stops of PID 1 (a signal, a new thread) are waited for and never resumed */
-        int status;
-        if (sc4(SYS_wait4, -1, &status, WALL_, 0) < 0) {
-            if (init_holder() != sys_getpid()) sys_exit(0);
-            pause_ms(1000);
-        }
+    int status; /* stops of PID 1 (a signal, a new thread) are waited for and never resumed */
+    while (sc4(SYS_wait4, -1, &status, WALL_, 0) >= 0) {
     }
+    sys_exit(0); /* nothing left to wait for: PID 1 is gone */
 }
 
 static int holder_fd = -1;
@@ -699,7 +696,6 @@ static char holder_state(long wait_ms) {
     }
     return state;
 }
-
 
 /* What is wrong with the code PID runs (0 when nothing): traced, an executable mapping of no file or
  * of a file not verified (with `verified_only`), or bytes in memory that its file does not hold. */
@@ -937,9 +933,6 @@ static void dirname_of(const char *path, char *dir, size_t cap) {
     dir[n > 1 ? n - 1 : n] = 0;
 }
 
-/* the reward folder as a real folder this tool can write: a symlink planted there is removed, and
-   the mode of a folder it owns reset (root without CAP_DAC_OVERRIDE cannot write into a folder of
-   mode 555, but as its owner it may change the mode) */
 static void owner_may_enter(const char *dir) {
     struct stat st;
     if (sys_lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && (long)st.st_uid == sc0(SYS_geteuid)
@@ -947,6 +940,9 @@ static void owner_may_enter(const char *dir) {
         sys_chmod(dir, (int)(st.st_mode & 07777) | 0700);
 }
 
+/* the reward folder as a real folder this tool can write: a symlink planted there is removed, and
+   the mode of a folder it owns reset (root without CAP_DAC_OVERRIDE cannot write into a folder of
+   mode 555, but as its owner it may change the mode) */
 static int reward_folder(const char *reward, char *dir, size_t cap) {
     struct stat st;
     dirname_of(reward, dir, cap);
