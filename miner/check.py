@@ -191,17 +191,26 @@ def container_options(task_dir: Path) -> dict:
     return {key: list(main[key]) for key in ("cap_drop", "cap_add", "security_opt") if main.get(key)}
 
 
-def read_file(container, path: str) -> bytes | None:  # noqa: ANN001 - a docker Container
+def read_file(container, path: str, attempts: int = 5) -> bytes | None:  # noqa: ANN001 - a docker Container
+    """One file of a container, None when it does not exist. A file another process is writing can
+    come back as a truncated archive: read again then."""
     import docker.errors
 
-    try:
-        stream, _ = container.get_archive(path)
-    except docker.errors.NotFound:
-        return None
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-        member = tar.next()
-        handle = tar.extractfile(member) if member else None
-        return handle.read() if handle else None
+    for attempt in range(attempts):
+        try:
+            stream, _ = container.get_archive(path)
+        except docker.errors.NotFound:
+            return None
+        try:
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                member = tar.next()
+                handle = tar.extractfile(member) if member else None
+                return handle.read() if handle else None
+        except tarfile.ReadError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
+    return None
 
 
 def discard(container) -> None:  # noqa: ANN001 - a docker Container

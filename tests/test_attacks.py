@@ -109,8 +109,10 @@ def test_every_shortcut_scores_zero_on_two_local_families(harbor_export) -> None
 
 @pytest.mark.docker
 def test_cli_reports_a_shortcut_that_scores(harbor_export, tmp_path: Path) -> None:
-    """A shortcut the verifier cannot refuse (the harness's own bash) is reported as out of reach; a
-    hole is a non-zero exit naming it (here: a "shortcut" that is the reference fix itself)."""
+    """A hole is a non-zero exit naming it (here: a "shortcut" that is the reference fix itself). The
+    harness's own bash, out of the shared container's reach, is refused in the separate mode (the
+    export's default): the verifier's container starts from a fresh image and the agent's bash comes
+    back only after the boot tool runs."""
     folder = harbor_export.folders["config"]
     fix = (folder / "solution" / "solve.sh").read_text()
     extra = tmp_path / "fix.yaml"
@@ -120,7 +122,7 @@ def test_cli_reports_a_shortcut_that_scores(harbor_export, tmp_path: Path) -> No
                                        "shell-bash-skips-verifier", str(folder)], env={"COLUMNS": "250"})
     assert result.exit_code != 0, result.output
     assert "1 shortcut run(s) scored above 0" in result.output and "the-real-fix" in result.output
-    assert "1 out of its reach" in result.output
+    assert "shell-bash-skips-verifier: 0" in result.output and "0 out of its reach" in result.output
 
 
 @pytest.mark.docker
