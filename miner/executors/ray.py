@@ -6,7 +6,9 @@
 Each task builds its own sandbox on the node it lands on (fetching and building under the unit's
 root, the `--cache-dir` of that node, `~` being the worker's home) and returns its events (the
 project seen, healthy states, candidates with their task records and task folders' files) to the
-driver, which alone writes the store. A task needs one CPU; a Docker-backend task also needs one
+driver, which alone writes the store: it records them as it records the local executor's, a
+project's batches in their order, with the per-project limits and the duplicate-symptom refusal,
+so both executors give the same store. A task needs one CPU; a Docker-backend task also needs one
 unit of the custom resource `docker`, which only nodes with an engine advertise (`ray start
 --resources '{"docker": 4}'`; a local instance advertises it when an engine answers here). A task
 whose worker or node dies is retried on another node by Ray (up to RETRIES times): nothing of it
@@ -84,7 +86,7 @@ class RayExecutor:
         started = self._connect(ray, docker)
         try:
             self._check_docker(ray, docker)
-            self._run(ray, units, record, finish, say)
+            self._run(ray, units, finish, say)  # a remote unit streams nothing: its events come with its result
         finally:
             if started:
                 ray.shutdown()
@@ -95,7 +97,7 @@ class RayExecutor:
             raise ExecutorError("no node of the Ray cluster advertises a `docker` resource: start the nodes that "
                                 "have a Docker engine with `ray start ... --resources '{\"docker\": N}'`")
 
-    def _run(self, ray: Any, units: list[Unit], record: Emit, finish: Finish, say: Say) -> None:
+    def _run(self, ray: Any, units: list[Unit], finish: Finish, say: Say) -> None:
         from ray.util.queue import Queue
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -125,11 +127,8 @@ class RayExecutor:
             _drain(progress, say)
             for ref in ready:
                 unit = pending.pop(ref)
-                result = self._result(ray, ref, unit)
-                for event in result.events:
-                    record(event)
-                result.events = []
-                for more in finish(unit, result):
+                # the driver records the result's events: in batch order, with its limits
+                for more in finish(unit, self._result(ray, ref, unit)):
                     waiting.push(more)
             start()
         _drain(progress, say)
