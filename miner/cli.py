@@ -544,7 +544,8 @@ def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, r
 @click.option("--repos", "repos", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default="repos.txt", show_default=True, help="Sources, one a line.")
 @click.option("--types", default=None, help="Comma list of inversion types or families (default: all).")
-@click.option("--max-tasks-per-repo", type=click.IntRange(min=1), default=None, help="Stop a project after N tasks.")
+@click.option("--max-tasks-per-repo", type=click.IntRange(min=1), default=None,
+              help="Stop a project after N tasks (compound tasks are counted apart: --compound-budget).")
 @click.option("--budget", type=click.IntRange(min=1), default=40, show_default=True,
               help="Candidates tried per project (every one of a project's candidates, with 67 types, can take hours).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Order of candidates.")

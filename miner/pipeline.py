@@ -11,8 +11,9 @@ A project that fails to fetch, build or test is skipped with its reason recorded
 
 Batches of one project are recorded in their order, whatever order they finish in: a task whose
 symptom (family and F2P set) an earlier batch already stored is refused as `duplicate-symptom`
-there, and tasks beyond --max-tasks-per-repo are dropped unstored, so the result does not
-depend on the executor or on timing. With --compound K, a project whose candidates are all
+there, and single tasks beyond --max-tasks-per-repo are dropped unstored (compound tasks are
+counted apart: --compound-budget limits them), so the result does not depend on the executor or
+on timing. With --compound K, a project whose candidates are all
 recorded gets one more unit, run by the executor like the others: the compound tasks stacked from
 its stored tasks (miner.compound), recorded as its last batch.
 """
@@ -170,24 +171,25 @@ class _Driver:
             project.next_batch += 1
             kept = 0
             for event in result.events:
-                kept += self._record_batch_event(report.validated + report.compound_validated + kept,
-                                                 result.report, event)
+                kept += self._record_batch_event(report.validated + kept, result.report, event)
             _add_up(report, result.report)
         if project.next_batch > project.batches:
             return self._after_candidates(project)
         return []
 
     def _record_batch_event(self, stored: int, batch: ProjectReport, event: Event) -> int:
-        """Record one event of a batch, `stored` tasks of the project being stored already; 1 when
-        it stored a task. A task beyond the limit is not stored (nor its candidate: a later crawl
-        with a higher limit tries it again); one whose symptom an earlier batch stored is refused."""
+        """Record one event of a batch, `stored` single tasks of the project being stored already; 1
+        when it stored a single task. A single task beyond --max-tasks-per-repo is not stored (nor
+        its candidate: a later crawl with a higher limit tries it again); compound tasks are counted
+        apart, limited by --compound-budget when they are made; a task whose symptom an earlier
+        batch stored is refused."""
         candidate, task = event.candidate, event.task
         if event.kind != "candidate" or candidate is None or task is None:
             self.recorder.record(event)
             return 0
         limit = self.options.max_tasks_per_repo
         compound = candidate.inversion.family == "compound"
-        refused = limit is not None and stored >= limit
+        refused = limit is not None and not compound and stored >= limit
         if not refused and self.store.symptoms(event.repo, event.commit).get(
                 (task.family, frozenset(task.f2p)), 0) >= self.options.per_symptom:
             candidate.status, candidate.rule = "rejected", "duplicate-symptom"
@@ -203,7 +205,7 @@ class _Driver:
         if refused:
             return 0
         self.recorder.record(event)
-        return 1
+        return int(not compound)
 
     def _close(self, project: _Project) -> None:
         report = project.report
@@ -213,7 +215,8 @@ class _Driver:
         self.recorder.finish(report, project.unit.source)
         self.stopped = self.stopped or report.stopped
         name = project.unit.source.name
-        self.phase(name, f"mined: {report.validated} tasks" if report.status == "mined"
+        compounds = f" and {report.compound_validated} compound" if report.compound_validated else ""
+        self.phase(name, f"mined: {report.validated} tasks{compounds}" if report.status == "mined"
                    else f"skipped: {report.reason[:70]}")
 
     def reports(self) -> list[ProjectReport]:

@@ -85,6 +85,22 @@ def test_tasks_beyond_the_limit_are_not_stored(tmp_path: Path) -> None:
     assert "cand000000000003" not in store.verdicts(REPO)  # not stored at all: a later crawl tries it again
 
 
+def test_compound_tasks_are_counted_apart_from_the_limit(tmp_path: Path) -> None:
+    """--max-tasks-per-repo caps single tasks; a compound validated after the cap is reached is
+    stored (--compound-budget limits compounds), not dropped after the work was spent on it."""
+    source = Source(raw=REPO, kind="git", location=REPO, origin="repos.txt:1")
+    compound = judged(9, ["tests/t.py::test_1", "tests/t.py::test_2"], source)
+    assert compound.candidate is not None and compound.task is not None
+    stacked = compound.candidate.inversion.model_copy(update={"type_id": "compound/2", "family": "compound"})
+    compound = compound.model_copy(update={
+        "candidate": compound.candidate.model_copy(update={"inversion": stacked}),
+        "task": compound.task.model_copy(update={"type_id": "compound/2", "family": "compound"})})
+    batches = {1: [judged(1, ["tests/t.py::test_1"], source)], 2: [judged(2, ["tests/t.py::test_2"], source)],
+               3: [judged(3, ["tests/t.py::test_3"], source), compound]}
+    store = drive(tmp_path, CrawlOptions(max_tasks_per_repo=2), batches, order=[3, 1, 2])
+    assert {task.id for task in store.list_tasks()} == {"cand000000000001", "cand000000000002", "cand000000000009"}
+
+
 def test_a_begun_projects_batches_go_before_the_next_projects_unit(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     sources = [Source(raw=f"{REPO}{n}", kind="git", location=f"{REPO}{n}", origin=f"repos.txt:{n}") for n in (1, 2, 3)]
