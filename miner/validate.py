@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import base64
 import re
+import shlex
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 from miner.evidence import MAX_FIX_LITERAL, decoded_payload, literal_bytes, needs_network
 from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
@@ -54,6 +56,9 @@ PREDICT_SHARE = 0.5  # run the predicted tests first when that costs at most thi
 # whole crawl.
 HANG_FACTOR = 10.0
 MIN_RUN_TIMEOUT = 60.0
+# Files pytest reads when it collects tests: conftest files, package markers (they change module
+# names), and the configuration files it looks for in the tests' folders and above them.
+PYTEST_READS = ("conftest.py", "__init__.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
 
 
 @dataclass
@@ -187,6 +192,10 @@ class Run:
             raise Rejected("protected-changed", f"protected code changed: {', '.join(code[:5])}")
         if judging:
             raise Rejected("test-tree-changed", f"the tests are the judge: the break changed {', '.join(judging[:5])}")
+        added = added_pytest_files(sandbox, state, self.ctx.manifest, tests)
+        if added:
+            raise Rejected("test-tree-changed", f"the tests are the judge: the break added {', '.join(added[:5])}, "
+                                                "which pytest reads when it collects them")
 
     def no_leak(self, sandbox: Sandbox) -> None:
         with self.clock.phase("scan"):
@@ -223,6 +232,28 @@ class Run:
             state = "after the fix" if fixed else "in the broken environment"
             raise Rejected("solver-view", f"{state}, the instruction's command `{view.command}`: "
                                           + "; ".join(problems))
+
+
+def added_pytest_files(sandbox: Sandbox, state: HealthyState, manifest: dict[str, str],
+                       tests: set[str]) -> list[str]:
+    """Rule 7 for files the healthy state did not have: a file pytest reads when it collects the
+    tests (conftest.py, __init__.py, its configuration files) added in the test tree, in a folder
+    above a test module, or in a folder above the project (the sandbox, the root)."""
+    names = " -o ".join(f"-name {shlex.quote(name)}" for name in PYTEST_READS)
+    above = [str(folder / name) for folder in PurePosixPath(PROJECT_DIR).parents for name in PYTEST_READS]
+    command = (f"find {PROJECT_DIR} \\( {names} \\) -print 2>/dev/null; "
+               f"for f in {' '.join(map(shlex.quote, above))}; do [ -e \"$f\" ] && echo \"$f\"; done; true")
+    found = sandbox.run(command, timeout=120).output.splitlines()
+    folders = {str(parent) for path in tests for parent in PurePosixPath(path).parents}
+    added = []
+    for path in found:
+        rel = path.removeprefix(f"{PROJECT_DIR}/") if path.startswith(f"{PROJECT_DIR}/") else None
+        if path in manifest or (rel is not None and rel in state.file_hashes):
+            continue
+        folder = str(PurePosixPath(rel).parent) if rel is not None else None
+        if rel is None or folder in folders or in_test_tree(rel, tests):
+            added.append(path)
+    return sorted(added)
 
 
 def recoverable(inv: Inversion) -> None:

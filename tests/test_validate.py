@@ -98,6 +98,30 @@ def test_a_break_that_edits_the_tests_data_is_rejected_under_rule_7(ctx: Context
     assert expected in candidate.detail and "inventory/" not in candidate.detail
 
 
+@pytest.mark.parametrize("added", [
+    "$MINER_PROJECT/tests/data/conftest.py",  # a conftest in the test tree, below the healthy one
+    "$MINER_PROJECT/tests/__init__.py",  # a package marker: the test modules' names change
+    "$MINER_PROJECT/tests/pytest.ini",  # configuration found in the tests' folder first
+    "$MINER_PROJECT/tox.ini",  # configuration in a folder above the test modules
+    "/sandbox/conftest.py",  # above the project
+])
+def test_a_break_that_adds_a_file_pytest_reads_is_rejected_under_rule_7(ctx: Context, added: str) -> None:
+    """Rule 7 for files the healthy state did not have: each of these changes how pytest collects
+    or runs the tests, the judge, even though no healthy file changed."""
+    write = f'printf "import pytest\\n" > "{added}"\n{REENCODE}'
+    candidate = validate(ctx, inversion(write, DECODE, "data/wrong-encoding"))
+    rejected(candidate, "test-tree-changed")
+    assert "added" in candidate.detail and added.replace("$MINER_PROJECT", "/sandbox/project") in candidate.detail
+
+
+def test_a_file_added_outside_the_tests_reach_is_not_rule_7(ctx: Context) -> None:
+    """The control: an __init__.py added beside the data, in no folder of a test module, is not."""
+    write = f'printf "\\n" > "$MINER_PROJECT/inventory/data/__init__.py"\n{REENCODE}'
+    candidate = validate(ctx, inversion(write, f'{DECODE}\nrm -f "$MINER_PROJECT/inventory/data/__init__.py"',
+                                        "data/wrong-encoding"))
+    assert candidate.rule != "test-tree-changed", candidate.detail
+
+
 def test_a_break_that_breaks_nothing_is_rejected(ctx: Context) -> None:
     rejected(validate(ctx, inversion("touch /sandbox/home/harmless")), "no-f2p")
 
