@@ -40,7 +40,6 @@ from miner.compound import CompoundOptions, build_compounds
 from miner.disk import GB, LowDisk, check_free_space
 from miner.gc import USE_LOCK, trim_cache, trim_due
 from miner.healthy import RAW_KINDS, SkipProject
-from miner.install import pip_errors
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
 from miner.inverters.procedural import ProceduralInverter
 from miner.inverters.system import targets_beneath
@@ -310,11 +309,7 @@ def trim(options: CrawlOptions, root: Path) -> None:
 
 def _reason(exc: Exception) -> str:
     kind = {FetchError: "fetch failed", PinError: "fetch failed", BuildError: "build failed"}.get(type(exc), "")
-    text = str(exc).strip()
-    log = getattr(exc, "log", "")
-    if log:
-        errors = pip_errors(log)
-        text += " | " + " / ".join(errors[-2:] if errors else [line.strip() for line in log.strip().splitlines()[-3:]])
+    text = str(exc).strip()  # a BuildError names its log's telling lines
     return f"{kind}: {text}" if kind else text
 
 

@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -823,3 +824,37 @@ def test_miner_graph_on_a_fixture_source(tmp_path: Path) -> None:
     text = html.unescape(out.read_text())
     assert "<svg" in text and "weather.toml" in text and "#cb181d" in text
     assert "inversion points" in result.output
+
+
+@pytest.mark.slow  # builds a fixture project
+def test_miner_graph_with_no_store_works_from_an_empty_folder(tmp_path: Path) -> None:
+    """No --store, no MINER_STORE, an empty working folder and a home with nothing in it (under
+    /home, which the sandbox hides): the build's work and pip cache live under that home, and the
+    sandbox still gets them (it once failed at "build step 'create venv' exited 1")."""
+    from conftest import miner_command, miner_env
+
+    home = Path(tempfile.mkdtemp(prefix="miner-fresh-", dir="/home"))
+    try:
+        (tmp_path / "empty").mkdir()
+        env = {k: v for k, v in miner_env().items() if k != "MINER_STORE"} | {"HOME": str(home)}
+        done = subprocess.run([*miner_command(), "graph", str(FIXTURES / "textkit"), "--format", "json",
+                               "-o", str(tmp_path / "g.json"), "--budget", "3"], capture_output=True, text=True,
+                              env=env, cwd=tmp_path / "empty", timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert json.loads((tmp_path / "g.json").read_text())["nodes"]
+        assert not list((tmp_path / "empty").iterdir())  # no store was created
+        assert (home / ".cache" / "miner").is_dir()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_build_error_names_its_reason() -> None:
+    """Every verb shows a build error with the step's telling lines: pip's ERROR lines first."""
+    from miner.sandbox.base import BuildError
+
+    pip = BuildError("build step 'install' exited 1 for acme", "Collecting x\nERROR: No matching distribution for x\n"
+                                                                "notice: a new pip\n")
+    assert str(pip) == "build step 'install' exited 1 for acme | ERROR: No matching distribution for x"
+    other = BuildError("build step 'create venv' exited 1 for acme", "a\nb\nbwrap: Can't mkdir parents: Read-only\n")
+    assert str(other).endswith("| a / b / bwrap: Can't mkdir parents: Read-only")
+    assert str(BuildError("plain")) == "plain"

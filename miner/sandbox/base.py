@@ -57,11 +57,18 @@ class SandboxError(Exception):
 
 
 class BuildError(SandboxError):
-    """The project could not be built; `log` holds the tail of the build output."""
+    """The project could not be built; `log` holds the tail of the build output. Shown (on every
+    verb and as a skipped project's reason), it names its reason too: pip's own ERROR lines, or
+    else the last lines of the step's output."""
 
     def __init__(self, message: str, log: str = "") -> None:
         super().__init__(message)
-        self.log = log
+        self.message, self.log = message, log
+
+    def __str__(self) -> str:
+        lines = [line.strip() for line in self.log.strip().splitlines() if line.strip()]
+        shown = [line for line in lines if line.startswith("ERROR:")][-2:] or lines[-3:]
+        return f"{self.message} | {' / '.join(line[:300] for line in shown)}" if shown else self.message
 
 
 class BackendUnavailable(SandboxError):

@@ -105,7 +105,7 @@ def rmtree(path: Path) -> None:
         shutil.rmtree(path, onerror=fix_and_retry)
 
 
-def _root_binds(keep: tuple[str, ...] = ()) -> list[str]:
+def _root_binds(keep: tuple[str, ...] = (), writable: tuple[str, ...] = ()) -> list[str]:
     """Rebuild the host's root read-only, entry by entry, so /sandbox can be created in it.
 
     /run is replaced by an empty tmpfs: it holds the host's daemon sockets (Docker, containerd,
@@ -113,7 +113,9 @@ def _root_binds(keep: tuple[str, ...] = ()) -> list[str]:
     is hidden too: it holds the file systems of running containers. The users' home folders
     (/root, /home: keys, tokens, other work) and the password hashes are hidden as well, so
     nothing run inside, an agent's command least of all, can read them; `keep` are the paths
-    under them the sandbox needs (the interpreter the venv was made from, pip's config).
+    under them the sandbox needs (the interpreter the venv was made from, pip's config), and
+    `writable` those it writes (pip's cache, when the work folder is under a home: no store).
+    Both are bound before the homes are made read-only, which bwrap could not create them under.
     """
     args: list[str] = []
     for entry in sorted(os.listdir("/")):
@@ -138,6 +140,9 @@ def _root_binds(keep: tuple[str, ...] = ()) -> list[str]:
     for path in keep:
         if os.path.exists(path) and any(path.startswith(home + "/") for home in HIDDEN_HOMES):
             args += ["--ro-bind", path, path]
+    for path in writable:
+        if os.path.isdir(path) and any(path.startswith(home + "/") for home in HIDDEN_HOMES):
+            args += ["--bind", path, path]
     for home in HIDDEN_HOMES:  # empty, and read-only like the rest of the host
         if os.path.isdir(home) and not os.path.islink(home):
             args += ["--remount-ro", home]
@@ -323,10 +328,11 @@ class Confinement:
         return env
 
     def bwrap(self, network: bool, interactive: bool = False) -> list[str]:
-        args = [BWRAP, *_root_binds(self.keep), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        cache = (str(self.pip_cache),) if network and self.pip_cache is not None else ()
+        args = [BWRAP, *_root_binds(self.keep, cache), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         args += ["--bind", str(self.workspace.root), SANDBOX_ROOT]
-        if network and self.pip_cache is not None:
-            args += ["--bind", str(self.pip_cache), str(self.pip_cache)]
+        if cache and not any(cache[0].startswith(home + "/") for home in HIDDEN_HOMES):
+            args += ["--bind", cache[0], cache[0]]
         args += ["--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--chdir", "/"]
         if network:
             args.append("--share-net")
