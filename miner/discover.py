@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -59,6 +60,8 @@ COMPILING_REQUIRES = ("maturin", "setuptools-rust", "scikit-build", "scikit-buil
                       "cython", "pybind11", "cffi", "nanobind")
 EXT_MODULES = re.compile(r"\bext_modules\b|\bExtension\(|\bcythonize\(|\brust_extensions\b|\bcffi_modules\b")
 PYTEST_CONFIGS = ("pytest.ini", ".pytest.ini", "conftest.py", "tox.ini")
+COLLECT_TIMEOUT = 120  # seconds pytest may take to choose a project's test modules
+PLUGIN_DIR = Path(__file__).parent / "assets" / "collect"
 
 
 class DiscoverError(Exception):
@@ -128,10 +131,12 @@ class Listing:
     paths: list[str]
     read: Callable[[str], str] | None = None
     config: PytestConfig = field(default_factory=PytestConfig)
+    collected: list[str] | None = None  # the test modules pytest itself chose, when it was asked
 
 
-def folder_listing(root: Path) -> Listing:
-    """The listing of an unpacked project folder, with its files readable."""
+def folder_listing(root: Path, ask_pytest: bool = True) -> Listing:
+    """The listing of an unpacked project folder, with its files readable, and pytest's own choice
+    of its test modules (unless `ask_pytest` is false)."""
     root = Path(root)
 
     def read(rel: str) -> str:
@@ -141,7 +146,7 @@ def folder_listing(root: Path) -> Listing:
         except OSError:
             return ""
 
-    return Listing(project_files(root), read, read_pytest_config(root))
+    return Listing(project_files(root), read, read_pytest_config(root), pytest_collected(root) if ask_pytest else None)
 
 
 def _pytest_skips(rel: str) -> bool:
@@ -162,15 +167,70 @@ def _ignored(addopts: list[str]) -> list[str]:
 
 
 def collected_files(listing: Listing) -> list[str]:
-    """Modules pytest would collect: its file patterns, under testpaths when those exist, less --ignore'd paths."""
+    """Modules pytest collects: its own answer when it was asked (Listing.collected), else an
+    estimate from a tree alone: its file patterns, under testpaths when those exist, less --ignore'd paths."""
+    if listing.collected is not None:
+        return listing.collected
     patterns = listing.config.python_files or list(DEFAULT_PYTHON_FILES)
     ignored = _ignored(listing.config.addopts)
     found = [rel for rel in listing.paths if rel.endswith(".py") and not _pytest_skips(rel)
-             and any(fnmatch(PurePosixPath(rel).name, pattern) for pattern in patterns)
+             and any(_matches(rel, pattern) for pattern in patterns)
              and not any(fnmatch(rel, pattern) for pattern in ignored)]
     roots = [t.strip("/") for t in listing.config.testpaths if t.strip("/") not in ("", ".")]
     under = [rel for rel in found if any(rel.startswith(r + "/") or fnmatch(rel, r + "/*") for r in roots)]
     return under if roots and under else found  # pytest falls back to the rootdir when testpaths match nothing
+
+
+def _matches(rel: str, pattern: str) -> bool:
+    """pytest's rule for python_files: a pattern with a path separator is matched against the
+    whole path (any folder may lead to it), one without against the file name."""
+    if "/" in pattern:
+        return fnmatch("/" + rel, "*/" + pattern.lstrip("/"))
+    return fnmatch(PurePosixPath(rel).name, pattern)
+
+
+def pytest_collected(root: Path, timeout: float = COLLECT_TIMEOUT) -> list[str] | None:
+    """The test modules pytest itself selects in an unpacked project (relative paths), asked
+    offline, read-only and bounded in time, with no module, conftest or plugin of the project
+    loaded (assets/collect/miner_collect.py); None when pytest could not answer (not installed,
+    bwrap missing, a configuration it refuses, out of time): the estimate from files stands then."""
+    try:
+        import pytest  # noqa: F401 - pytest answers in a process of its own, with this interpreter
+    except ImportError:
+        return None
+    from miner.sandbox.local import BWRAP, confined_tool
+
+    if not os.path.exists(BWRAP):
+        return None
+    root = Path(root).resolve()
+    base = [sys.executable, "-m", "pytest", "-p", "miner_collect", "-p", "no:cacheprovider", "-p", "no:doctest",
+            "--noconftest", "--collect-only", "-q", "-s", "--rootdir", str(root)]
+    visible = tuple(dict.fromkeys([sys.prefix, str(PLUGIN_DIR), str(root), *filter(os.path.isdir, sys.path)]))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "PYTHONPATH": str(PLUGIN_DIR),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}
+    for extra in ([], ["-o", "addopts=", *_ignore_options(read_pytest_config(root).addopts)]):
+        try:
+            done = subprocess.run(confined_tool([*base, *extra], visible, str(root)), capture_output=True, text=True,
+                                  timeout=timeout, env=env)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode in (0, 5):  # 5: no tests, as every module is left empty
+            found = [line.split("\t", 1)[1] for line in done.stdout.splitlines() if line.startswith("miner-collect\t")]
+            return sorted(Path(path).relative_to(root).as_posix() for path in found
+                          if Path(path).is_relative_to(root))
+        if done.returncode != 4:  # 4: usage error, such as an addopts option of a plugin not installed here
+            return None
+    return None
+
+
+def _ignore_options(addopts: list[str]) -> list[str]:
+    """The --ignore/--ignore-glob options of addopts, kept when the rest of addopts is dropped."""
+    found = []
+    for index, token in enumerate(addopts):
+        option, sep, _ = token.partition("=")
+        if option in ("--ignore", "--ignore-glob"):
+            found += [token] if sep else addopts[index:index + 2]
+    return found
 
 
 def _sample(paths: list[str], n: int = 2) -> str:

@@ -130,13 +130,13 @@ def summary_rows(output: str) -> dict[str, dict[str, str]]:
 # -- what the suite needs from the machine ------------------------------------------------------
 
 REQUIRE_VAR = "MINER_REQUIRE"
-RESOURCES = ("docker", "harbor", "overlay", "ray")
+RESOURCES = ("docker", "harbor", "overlay", "ray", "pypi")
 HARBOR_VENV = Path(os.environ.get("MINER_HARBOR_VENV", Path.home() / ".cache" / "miner" / "harbor-venv"))
 HARBOR = HARBOR_VENV / "bin" / "harbor"
 
 
 def required() -> set[str]:
-    """The resources MINER_REQUIRE names (comma list of docker, harbor, overlay)."""
+    """The resources MINER_REQUIRE names (comma list of docker, harbor, overlay, ray, pypi)."""
     return {word.strip() for word in os.environ.get(REQUIRE_VAR, "").split(",") if word.strip()}
 
 
@@ -179,6 +179,21 @@ def harbor_reason() -> str | None:
     return None
 
 
+@functools.cache
+def pypi_reason() -> str | None:
+    """Why the package index cannot be reached from here (offline), or None."""
+    import urllib.request
+
+    from miner.sources import PYPI_URL
+
+    try:
+        with urllib.request.urlopen(f"{PYPI_URL}/pip/json", timeout=15) as answer:
+            answer.read(1)
+    except OSError as exc:
+        return f"the package index ({PYPI_URL}) does not answer: {exc}"
+    return None
+
+
 def ray_reason() -> str | None:
     """Why a Ray cluster cannot be started here (Ray not installed), or None."""
     from ray_cluster import ray_missing
@@ -186,7 +201,8 @@ def ray_reason() -> str | None:
     return ray_missing()
 
 
-REASONS: dict[str, Callable[[], str | None]] = {"docker": docker_reason, "harbor": harbor_reason, "ray": ray_reason}
+REASONS: dict[str, Callable[[], str | None]] = {"docker": docker_reason, "harbor": harbor_reason, "ray": ray_reason,
+                                                "pypi": pypi_reason}
 SLOW_FIXTURES = {"mined_crawl"}  # a test that needs one of these (directly or not) is slow
 
 

@@ -189,6 +189,7 @@ def test_github_refused_query_is_one_line(github: ReplayServer, tmp_path: Path) 
 # -- PyPI (real sdists from the index) --------------------------------------------------------
 
 
+@pytest.mark.pypi
 def test_pypi_keeps_a_project_with_tests_and_leaves_out_one_without(tmp_path: Path) -> None:
     names = tmp_path / "names.txt"
     names.write_text("# popularity order\niniconfig\nsortedcontainers==2.4.0\nno-such-project-miner-test-x1\n")
@@ -209,6 +210,7 @@ def test_pypi_keeps_a_project_with_tests_and_leaves_out_one_without(tmp_path: Pa
     assert all(r["resumed"] for r in again.values())
 
 
+@pytest.mark.pypi
 def test_pypi_range_and_version_spec(tmp_path: Path) -> None:
     names = tmp_path / "names.txt"
     names.write_text("six\npython-slugify\ndocopt==0.6.2\n")
@@ -283,3 +285,40 @@ def test_native_sources_count_only_inside_packages_and_ignored_tests_do_not() ->
     legacy = Listing(["pkg/__init__.py", "tests/_TODO_legacy/test_old.py"],
                      config=PytestConfig(addopts=["--ignore=tests/_TODO_legacy/"], source="setup.cfg"))
     assert not assess(legacy, Options())[0]
+
+
+# -- pytest's own choice of test modules ------------------------------------------------------
+
+LAYOUTS = {
+    # a python_files pattern with a path, matched against the whole path
+    "path-pattern": {"setup.cfg": "[tool:pytest]\npython_files = src/tests/test_*.py\n",
+                     "src/tests/test_api.py": "def test_a():\n    pass\n",
+                     "test_stray.py": "def test_b():\n    pass\n"},
+    # testpaths: only under it, though a test-named file lies elsewhere
+    "testpaths": {"pyproject.toml": "[tool.pytest.ini_options]\ntestpaths = [\"checks\"]\n",
+                  "checks/test_x.py": "def test_x():\n    pass\n", "scripts/test_tool.py": "def test_t():\n    pass\n"},
+    # [tool:pytest] with its own name pattern
+    "setup-cfg": {"setup.cfg": "[tool:pytest]\npython_files = check_*.py\n",
+                  "tests/check_one.py": "def test_one():\n    pass\n", "tests/test_no.py": "def test_no():\n    pass\n"},
+    # pytest.ini with addopts naming a plugin not installed here, and an --ignore to keep
+    "pytest-ini": {"pytest.ini": "[pytest]\naddopts = --cov=pkg --ignore=tests/slow\n",
+                   "tests/test_fast.py": "def test_f():\n    pass\n", "tests/slow/test_s.py": "def test_s():\n    pass\n"},
+}
+CHOSEN = {"path-pattern": ["src/tests/test_api.py"], "testpaths": ["checks/test_x.py"],
+          "setup-cfg": ["tests/check_one.py"], "pytest-ini": ["tests/test_fast.py"]}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_pytest_itself_chooses_the_test_modules_and_imports_none(tmp_path: Path, layout: str) -> None:
+    """Each layout's modules as pytest picks them; nothing of the project is imported (every
+    module and the conftest would fail if it were), and the project is kept."""
+    from miner.discover import pytest_collected
+
+    files = {**LAYOUTS[layout], "conftest.py": "raise SystemExit('a conftest was imported')\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        body = text if not rel.endswith(".py") else "import module_that_is_not_installed\n" + text
+        (tmp_path / rel).write_text(body if rel != "conftest.py" else text)
+    assert pytest_collected(tmp_path) == CHOSEN[layout]
+    kept, reason = assess(folder_listing(tmp_path), Options())
+    assert kept and reason.startswith("1 test file"), reason

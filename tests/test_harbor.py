@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import HARBOR_VENV, LOCAL_FAMILIES, run_miner, write_repos
+from conftest import HARBOR_VENV, LOCAL_FAMILIES, need, pypi_reason, run_miner, write_repos
 
 from miner.check import check_tasks
 
@@ -96,6 +96,7 @@ SDIST_TYPES = "data/truncate,data/corrupt-bytes"
 @pytest.fixture(scope="module")
 def sdist_tasks(harbor, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A crawl of a real sdist for the types only its published source can repair, exported to Harbor."""
+    need("pypi", pypi_reason())
     root = tmp_path_factory.mktemp("sdist")
     repos = write_repos(root / "repos.txt", [SDIST])
     done = run_miner(root / "store", "crawl", "--repos", repos, "--types", SDIST_TYPES, "--budget", "2")

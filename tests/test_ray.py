@@ -1,9 +1,9 @@
 """The Ray executor on a real two-node Ray cluster started on this machine (tests/ray_cluster.py).
 
 The same sources, seed and options crawled by the local executor and by Ray give the same tasks
-and candidates; a crawl whose second node is killed while it mines a project still gives them,
+and candidates, with a per-project cap that cuts and compounds kept apart from it; a crawl whose second node is killed while it mines a project still gives them,
 each once (the dead node's unit is retried on the head; nothing of it had been recorded). The
-crawls use --batch-size 2 with --budget 3, so each project is a unit that prepares and chooses,
+crawls use --batch-size 2 with --budget 6, so each project is a unit that prepares and chooses,
 then two batches of candidates, units of their own, and with --compound 2 a unit of compounds.
 """
 
@@ -23,7 +23,10 @@ from miner.store import Store
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 PROJECTS = ("textkit", "weather-report")
-OPTIONS = ("--budget", "3", "--seed", "0", "--batch-size", "2", "--compound", "2", "--compound-budget", "1")
+# A cap the fixtures pass (each gives 3 tasks or more in 6 candidates), so the stores show that
+# Ray's results go through the driver's cut like the local ones, compounds counted apart.
+OPTIONS = ("--budget", "6", "--seed", "0", "--batch-size", "2", "--compound", "2", "--compound-budget", "1",
+           "--max-tasks-per-repo", "2")
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +86,16 @@ def test_ray_mines_the_same_tasks_as_the_local_executor(cluster, shared: tuple[P
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert {row["status"] for row in summary_rows(done.stdout).values()} == {"mined"}
-    assert "2 batches of up to 2" in output  # every project was split, and its batches were units
+    assert "3 batches of up to 2" in output  # every project was split, and its batches were units
     assert "stacking 2 validated inversions into compound tasks" in output  # a project's compound unit
     assert f"[{cluster.node_id}]" in output, "no unit ran on the second node"
     local_tasks, local_candidates, _ = outcome(local_store)
     tasks, candidates, folders = outcome(tmp_path / "store")
     assert local_tasks, "the local crawl made no task to compare with"
+    with Store(local_store, create=False) as opened:
+        singles = [t.repo for t in opened.list_tasks() if t.family != "compound"]
+        assert len(set(singles)) == 2 and all(singles.count(repo) == 2 for repo in singles), singles  # the cap
+        assert any(t.family == "compound" for t in opened.list_tasks())  # beside the cap
     assert tasks == local_tasks
     assert candidates == local_candidates
     assert folders == sorted(tasks)

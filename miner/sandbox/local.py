@@ -149,6 +149,21 @@ def _root_binds(keep: tuple[str, ...] = (), writable: tuple[str, ...] = ()) -> l
     return args
 
 
+def confined_tool(argv: list[str], visible: tuple[str, ...], workdir: str) -> list[str]:
+    """argv run read-only and offline: the host's root as a sandbox sees it, an empty /tmp, and
+    `visible` (host paths under /tmp or the hidden homes the tool needs: its interpreter, its
+    packages, the files it reads) bound read-only where they are. For the tools miner runs on what
+    it fetched before any sandbox exists (discovery's pytest); bwrap must be installed."""
+    hidden = [p for p in visible if os.path.exists(p)]
+    args = [BWRAP, *_root_binds(tuple(p for p in hidden if not p.startswith("/tmp/"))), "--dev", "/dev",
+            "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in hidden:
+        if path.startswith("/tmp/"):
+            args += ["--ro-bind", path, path]
+    return [*args, "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--chdir", workdir,
+            *argv]
+
+
 def host_paths_needed(python: str) -> tuple[str, ...]:
     """Host paths under the hidden home folders that sandboxed commands need: the installation
     of the interpreter the venv is made from, and the user's pip configuration."""
