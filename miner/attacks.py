@@ -14,13 +14,11 @@ solution/solve.sh: 1), without which its attack results mean nothing.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shlex
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,8 +29,8 @@ from pathlib import Path
 
 import yaml
 
-from miner.check import (CheckError, Checker, Scenario, check_tests_folder, discard, read_config, read_file,
-                         task_dirs)
+from miner.check import CheckError, Checker, Scenario, check_tests_folder, discard, read_config, task_dirs
+from miner.sandbox.docker.gateway import read_file, tar_files
 
 ATTACK_DIR = "/tmp/miner-attack"
 ID = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -202,13 +200,8 @@ class TaskReport:
 
 
 def tar_payloads(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(f"{ATTACK_DIR.strip('/')}/{name}")
-            info.size, info.mode = len(data), 0o755
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    """The attack's script and payloads, executable, under ATTACK_DIR (for put_archive at /)."""
+    return tar_files({f"{ATTACK_DIR.strip('/')}/{name}": data for name, data in files.items()}, mode=0o755)
 
 
 def task_variables(task_dir: Path) -> dict[str, str]:

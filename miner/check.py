@@ -36,10 +36,8 @@ refused with the file named, and nothing is scored.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
-import tarfile
 import time
 import tomllib
 from collections.abc import Callable
@@ -50,6 +48,7 @@ from pathlib import Path
 import yaml
 
 from miner.models import SolverView, content_id
+from miner.sandbox.docker.gateway import build_image, read_file, tar_folder
 from miner.solver_view import judge, read_view, view_script
 
 REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
@@ -151,19 +150,6 @@ def read_solver_view(task_dir: Path) -> tuple[SolverView, list[str]]:
         raise CheckError(f"{SOLVER_VIEW} is not valid: {exc}") from None
 
 
-def tar_folder(folder: Path, arcname: str) -> bytes:
-    """A tar of a folder's contents under `arcname`, root-owned (for put_archive)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        def owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            return info
-
-        tar.add(str(folder), arcname=arcname, filter=owner)
-    return buf.getvalue()
-
-
 def separate_verifier(config: dict) -> bool:
     """Whether the task declares Harbor's separate verifier environment."""
     verifier = config.get("verifier", {})
@@ -189,28 +175,6 @@ def container_options(task_dir: Path) -> dict:
         return {}
     main = (yaml.safe_load(path.read_text()) or {}).get("services", {}).get("main", {}) or {}
     return {key: list(main[key]) for key in ("cap_drop", "cap_add", "security_opt") if main.get(key)}
-
-
-def read_file(container, path: str, attempts: int = 5) -> bytes | None:  # noqa: ANN001 - a docker Container
-    """One file of a container, None when it does not exist. A file another process is writing can
-    come back as a truncated archive: read again then."""
-    import docker.errors
-
-    for attempt in range(attempts):
-        try:
-            stream, _ = container.get_archive(path)
-        except docker.errors.NotFound:
-            return None
-        try:
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                member = tar.next()
-                handle = tar.extractfile(member) if member else None
-                return handle.read() if handle else None
-        except tarfile.ReadError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.05)
-    return None
 
 
 def discard(container) -> None:  # noqa: ANN001 - a docker Container
@@ -259,20 +223,15 @@ class Checker:
         self.built.clear()
 
     def build(self, task_dir: Path, timeout: float) -> str:
-        import docker.errors
-
+        from miner.sandbox.base import BuildError
         from miner.sandbox.docker.images import labels
 
-        context = task_dir / "environment"
         tag = f"miner/check:{content_id(str(task_dir.resolve()), length=12)}"
         try:
-            image, _ = self.client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False,
-                                                labels=labels("broken", check="1"), timeout=int(timeout))
-        except docker.errors.BuildError as exc:
-            tail = "".join(c.get("stream", "") or c.get("error", "") for c in exc.build_log).strip().splitlines()[-8:]
-            raise CheckError(f"environment/ does not build: {exc.msg} | " + " / ".join(tail)) from None
-        except docker.errors.APIError as exc:
-            raise CheckError(f"environment/ does not build: {exc.explanation or exc}") from None
+            image = build_image(self.client, context=task_dir / "environment", tag=tag, timeout=timeout,
+                                image_labels=labels("broken", check="1"), what="environment/")
+        except BuildError as exc:
+            raise CheckError(f"environment/ does not build: {exc}") from None
         return image.id
 
     def start(self, image: str, task_dir: Path, network: bool = False):  # noqa: ANN201 - a docker Container

@@ -24,7 +24,8 @@ import yaml
 from click.testing import CliRunner
 from conftest import LOCAL_FAMILIES, run_miner
 
-from miner.check import Checker, read_config, read_file
+from miner.check import Checker, read_config
+from miner.sandbox.docker.gateway import read_file
 from miner.cli import main
 from miner.export import ExportOptions, export_tasks, select_tasks
 from miner.export.archive import FIXED_MTIME, project_tarball
@@ -537,7 +538,7 @@ def test_terminal_bench_layout(mined_store: Path, tmp_path: Path, export_cache: 
             container = client.containers.run(image.id, ["sh", "-c", "sleep infinity"], detach=True, cap_drop=["ALL"],
                                               environment={"TEST_DIR": "/tests"})
             try:
-                from miner.check import tar_folder
+                from miner.sandbox.docker.gateway import tar_folder
 
                 container.put_archive("/", tar_folder(folder / "tests", "tests"))
                 if solve:

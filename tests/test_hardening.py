@@ -172,7 +172,7 @@ def shared_task(harbor_export, mined_store: Path, tmp_path_factory: pytest.TempP
 def as_agent(shared_task, container, script: str) -> str:  # noqa: ANN001
     """Run `script` in the container as the agent would (see miner.attacks.agent_command)."""
     from miner.attacks import ATTACK_DIR, agent_command, tar_payloads
-    from miner.check import read_file
+    from miner.sandbox.docker.gateway import read_file
 
     checker, _, _, _, variables, payloads = shared_task
     container.put_archive("/", tar_payloads(payloads | {"attack.sh": script.encode()}))
@@ -189,7 +189,8 @@ def catalogue_script(attack_id: str) -> str:
 
 
 def reward_after(container, seconds: float) -> bytes | None:  # noqa: ANN001
-    from miner.check import REWARD, read_file
+    from miner.check import REWARD
+    from miner.sandbox.docker.gateway import read_file
 
     time.sleep(seconds)
     return read_file(container, REWARD)
@@ -237,7 +238,8 @@ while True:
 def test_a_boot_tool_traced_from_its_start_scores_zero(shared_task) -> None:
     """A tracer attached before the boot tool made itself undumpable could make it say anything: such
     a run scores 0 (here the healthy, solved state: it would score 1 untraced)."""
-    from miner.check import REWARD, STDOUT, read_file, tar_folder
+    from miner.check import REWARD, STDOUT
+    from miner.sandbox.docker.gateway import read_file, tar_folder
 
     checker, image, folder, config, variables, _ = shared_task
     container = checker.start(image, folder)
@@ -259,7 +261,8 @@ def test_a_boot_tool_traced_from_its_start_scores_zero(shared_task) -> None:
 def test_a_reward_folder_locked_by_its_owner_is_unlocked_and_written(shared_task) -> None:
     """/logs and /logs/verifier made read-only (root without CAP_DAC_OVERRIDE cannot write there):
     the boot tool, as their owner, makes them writable and writes its reward."""
-    from miner.check import REWARD, STDOUT, read_file, tar_folder
+    from miner.check import REWARD, STDOUT
+    from miner.sandbox.docker.gateway import read_file, tar_folder
 
     checker, image, folder, config, _, _ = shared_task
     container = checker.start(image, folder)

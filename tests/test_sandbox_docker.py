@@ -23,7 +23,7 @@ from miner.catalogue import load_catalogue, render
 from miner.install import build_spec
 from miner.models import Project, Source, Target
 from miner.sandbox.base import BackendUnavailable, BuildError, Limits
-from miner.sandbox.docker import images
+from miner.sandbox.docker import gateway, images
 from miner.solver_view import read_view, view_script
 from miner.testing import run_suite
 
@@ -302,8 +302,8 @@ def test_local_style_projects_get_no_docker_probes(backend, tmp_path):
     copy_tag = "miner/discard-test:latest"
     backend.client.images.get(healthy.ref).tag(copy_tag)
     backend.discard(healthy.__class__(backend="docker", ref=healthy.ref, project=project, info={"tag": copy_tag}))
-    assert images.find_image(backend.client, copy_tag) is None
-    assert images.find_image(backend.client, healthy.info["tag"]) is not None
+    assert gateway.find_image(backend.client, copy_tag) is None
+    assert gateway.find_image(backend.client, healthy.info["tag"]) is not None
 
 
 # --- system and service inversions ----------------------------------------------------------

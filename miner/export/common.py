@@ -57,7 +57,7 @@ from miner.export.dockerized import (
 from miner.models import ENV_FILE, INSTRUCTION_VARIANTS, PROJECT_DIR, VENV_DIR, HealthyState, Project, Task, content_id
 from miner.sandbox.base import BuildSpec
 from miner.export.trusted import BOOT_NAME, RUNTIME_NAME, BootBuildError, boot_binary, runtime_text
-from miner.sandbox.docker import images, layout
+from miner.sandbox.docker import gateway, images, layout
 
 DEFAULT_BASE_IMAGE = images.BOOTSTRAP_TAG  # the image `miner images bootstrap` builds
 DEFAULT_ORG = "miner"
@@ -418,18 +418,13 @@ HEALTHY_PARENT = re.compile(r"^FROM (\S+) AS healthy$", re.MULTILINE)
 def build_stage(client, context: Path, tag: str, image_labels: dict[str, str],
                 target: str | None = None):
     """Build a context folder's Dockerfile (up to stage `target`); ExportError with the log tail on failure."""
-    import docker.errors
+    from miner.sandbox.base import BuildError
 
     try:
-        image, _ = client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False,
-                                       labels=image_labels, target=target)
-        return image
-    except docker.errors.BuildError as exc:
-        lines = [c.get("stream", "") or c.get("error", "") for c in exc.build_log]
-        tail = "".join(lines).strip().splitlines()[-15:]
-        raise ExportError(f"the healthy environment does not build: {exc.msg}\n" + "\n".join(tail)) from None
-    except docker.errors.APIError as exc:
-        raise ExportError(f"the healthy environment does not build: {exc.explanation or exc}") from None
+        return gateway.build_image(client, context=context, tag=tag, image_labels=image_labels, target=target,
+                                   what="the healthy environment")
+    except BuildError as exc:
+        raise ExportError("\n".join([exc.message, *exc.log.splitlines()[-15:]])) from None
 
 
 def image_env(client, image: str) -> dict[str, str]:
@@ -442,37 +437,16 @@ def image_env(client, image: str) -> dict[str, str]:
 def run_collector(client, image: str) -> dict:
     """The verifier's --collect output in a fresh, network-less container of `image`, without
     capabilities (as the verifier runs: a file only a capability could read is unreadable to both)."""
-    container = client.containers.create(image, ["bash", "-c", COLLECT], network_disabled=True, cap_drop=["ALL"],
-                                          security_opt=["no-new-privileges:true"],
-                                          labels=images.labels("fork", purpose="export-manifest"))
     folder = COLLECTOR_DIR.split("/")[-1]
-    try:
-        files = {f"{folder}/{name}": asset(name) for name in VERIFIER_ASSETS}
-        files[f"{folder}/base_env.json"] = json.dumps(image_env(client, image)).encode()
-        container.put_archive("/tmp", tar_files(files))
-        container.start()
-        status = container.wait(timeout=MANIFEST_TIMEOUT)
-        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
-        if status.get("StatusCode") != 0:
-            raise ExportError(f"measuring the healthy environment failed: {err.strip()[-800:]}")
-        return json.loads(out.strip().splitlines()[-1])
-    finally:
-        container.remove(force=True)
-
-
-def tar_files(files: dict[str, bytes]) -> bytes:
-    """A tar of the given files (root-owned, readable by all) for put_archive."""
-    import io
-    import tarfile
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    files = {f"{folder}/{name}": asset(name) for name in VERIFIER_ASSETS}
+    files[f"{folder}/base_env.json"] = json.dumps(image_env(client, image)).encode()
+    code, out, err = gateway.run_once(client, image, ["bash", "-c", COLLECT], files=files, at="/tmp",
+                                      timeout=MANIFEST_TIMEOUT, network_disabled=True, cap_drop=["ALL"],
+                                      security_opt=["no-new-privileges:true"],
+                                      labels=images.labels("fork", purpose="export-manifest"))
+    if code != 0:
+        raise ExportError(f"measuring the healthy environment failed: {err.strip()[-800:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 # -- the verifier's files ---------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import docker.errors
 
 from miner.models import Probe, Project, TestResult, content_id
 from miner.sandbox.base import Backend, BuildError, BuildSpec, Capabilities, Healthy, Limits, Sandbox
-from miner.sandbox.docker import images, layout
+from miner.sandbox.docker import gateway, images, layout
 from miner.sandbox.docker.container import DockerSandbox, fork_labels, prune_stale
 from miner.sandbox.docker.observe import observe
 from miner.sandbox.docker.probes import docker_probes, run_docker_probes
@@ -89,14 +89,14 @@ class DockerBackend(Backend):
         dockerized = dockerfile.is_file()
         needs_base = not dockerized or _declares_arg(dockerfile, "BASE_IMAGE")
         base = images.resolve_base_image(self.client, self.base_image) if needs_base else ""
-        found = images.find_image(self.client, base) if base else None
+        found = gateway.find_image(self.client, base) if base else None
         pip = images.host_pip_settings()
         recipe = content_id(
             RECIPE_VERSION, project.key, found.id if found else "", dockerized, spec.python, spec.install_script,
             spec.env, pip.fingerprint(), length=12,
         )
         tag = f"miner/healthy-{project.key}:{recipe}"
-        image = images.find_image(self.client, tag)
+        image = gateway.find_image(self.client, tag)
         if image is None:
             Path(workdir).mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="docker-context-", dir=workdir) as tmp:
@@ -111,7 +111,7 @@ class DockerBackend(Backend):
         config: dict[str, Any] = {}
         copy_project(Path(project.path), ctx / "project")
         if dockerized:
-            project_image = images.build_image(
+            project_image = gateway.build_image(
                 self.client, context=ctx / "project", tag=f"miner/project-{project.key}:{tag.rsplit(':', 1)[1]}",
                 image_labels=images.labels("project", project=project.key), memory_mb=memory,
                 buildargs={"BASE_IMAGE": base} if base else None, what=f"the Dockerfile of {project.repo}",
@@ -125,7 +125,7 @@ class DockerBackend(Backend):
             base, env=layout.image_env("", dockerized) | pip.env(), project_source="project/", dockerized=dockerized,
             ca_source=images.copy_host_ca(pip, ctx),
         )
-        stage = images.build_image(self.client, context=ctx, dockerfile_text=text, memory_mb=memory,
+        stage = gateway.build_image(self.client, context=ctx, dockerfile_text=text, memory_mb=memory,
                                    image_labels=images.labels("stage", project=project.key),
                                    what=f"the environment of {project.repo}")
         site_packages = self._site_packages(stage.id)
@@ -134,19 +134,16 @@ class DockerBackend(Backend):
             dockerized="1" if dockerized else "0", config=json.dumps(config), site_packages=site_packages,
             base=base,
         )
-        return images.build_image(self.client, dockerfile_text=layout.site_packages_layer(stage.id, site_packages),
+        return gateway.build_image(self.client, dockerfile_text=layout.site_packages_layer(stage.id, site_packages),
                                   tag=tag, image_labels=final_labels, what="the healthy image")
 
     def _site_packages(self, image_id: str) -> str:
         """The venv's site-packages, computed once per image (empty when the image has no Python)."""
-        try:
-            out = self.client.containers.run(
-                image_id, ["-c", layout.SITE_PACKAGES_PROBE], entrypoint=["sh"], remove=True, network_mode="none",
-                labels=fork_labels(), user="root",
-            )
-        except docker.errors.ContainerError as exc:
-            raise BuildError(f"cannot inspect the built environment: {exc}", log=str(exc.stderr or "")) from exc
-        lines = out.decode(errors="replace").strip().splitlines()
+        code, out, err = gateway.run_once(self.client, image_id, ["-c", layout.SITE_PACKAGES_PROBE], entrypoint=["sh"],
+                                          network_mode="none", labels=fork_labels(), user="root")
+        if code != 0:
+            raise BuildError(f"cannot inspect the built environment: the probe exited {code}", log=err)
+        lines = out.strip().splitlines()
         return lines[-1].strip() if lines else ""
 
     def _healthy(self, project: Project, image: Any, limits: Limits) -> Healthy:

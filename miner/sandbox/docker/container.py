@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import io
 import logging
 import math
 import os
@@ -29,7 +28,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import tarfile
 import threading
 import time
 import uuid
@@ -43,7 +41,7 @@ from docker.models.containers import Container
 
 from miner.models import PROJECT_DIR, RunResult
 from miner.sandbox.base import Healthy, Limits, Sandbox, SandboxError, miner_env
-from miner.sandbox.docker import images
+from miner.sandbox.docker import gateway, images
 from miner.sandbox.docker.layout import image_facts
 
 log = logging.getLogger(__name__)
@@ -249,30 +247,14 @@ class DockerSandbox(Sandbox):
     # -- files ---------------------------------------------------------------------------
 
     def read(self, path: str) -> bytes | None:
-        for _ in range(16):  # follow symlinks inside the container, as open() would
-            try:
-                stream, _stat = self.container.get_archive(path)
-            except docker.errors.NotFound:
-                return None
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                member = tar.next()
-                if member is None:
-                    return None
-                if member.issym():
-                    path = os.path.normpath(os.path.join(os.path.dirname(path), member.linkname))
-                    continue
-                if member.isdir():
-                    raise IsADirectoryError(path)
-                handle = tar.extractfile(member)
-                return handle.read() if handle else None
-        raise OSError(f"too many levels of symbolic links: {path}")
+        return gateway.read_file(self.container, path, follow=True)
 
     def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
         parent, name = os.path.split(os.path.normpath(path))
         code, out, _ = self._exec(["mkdir", "-p", parent or "/"], timeout=60)
         if code != 0:
             raise OSError(f"cannot create {parent}: {out.strip()}")
-        if not self.container.put_archive(parent or "/", images.tar_one(name, data, mode)):
+        if not self.container.put_archive(parent or "/", gateway.tar_files({name: data}, mode)):
             raise OSError(f"cannot write {path}")
 
     # -- lifecycle -----------------------------------------------------------------------

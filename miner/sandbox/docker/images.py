@@ -20,7 +20,6 @@ TLS-inspecting proxy; local `file://` indexes and credentials are never forwarde
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import re
@@ -28,9 +27,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -39,10 +36,10 @@ from urllib.parse import urlsplit
 import docker
 import docker.errors
 import docker.utils
-from docker.models.images import Image
 
 from miner.models import content_id
 from miner.sandbox.base import BackendUnavailable, BuildError, SandboxError
+from miner.sandbox.docker.gateway import BUILD_LOG_TAIL, build_image, find_image
 from miner.sandbox.docker.layout import HOST_CA_NAME, HOST_CA_PATH, break_dockerfile
 
 log = logging.getLogger(__name__)
@@ -54,7 +51,6 @@ BOOTSTRAP_TAG = "miner/base:bookworm"
 BOOTSTRAP_SUITE = "bookworm"
 # gettext: msgfmt, which data/catalogue-uncompiled's fix compiles message catalogues with
 BOOTSTRAP_PACKAGES = ["python3", "python3-venv", "python3-pip", "git", "ca-certificates", "gettext"]
-BUILD_LOG_TAIL = 60  # lines of build output kept in BuildError.log
 
 NO_ENGINE = (
     "no Docker engine answers ({reason}). Start one (e.g. `dockerd >/var/log/dockerd.log 2>&1 &`, "
@@ -85,18 +81,6 @@ def docker_client(timeout: int = 600) -> docker.DockerClient:
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise BackendUnavailable(NO_ENGINE.format(reason=reason)) from exc
     return client
-
-
-def find_image(client: docker.DockerClient, ref: str) -> Image | None:
-    """The local image named or id'd by ref, or None."""
-    try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
-    except docker.errors.APIError as exc:
-        if getattr(exc, "status_code", None) == 404:
-            return None
-        raise
 
 
 # --- base images ---------------------------------------------------------------------------
@@ -328,74 +312,6 @@ def copy_host_ca(settings: PipSettings, context: Path) -> str:
 # --- building ------------------------------------------------------------------------------
 
 
-def _log_text(chunks: Iterable[dict[str, Any]]) -> str:
-    out = []
-    for chunk in chunks:
-        if "stream" in chunk:
-            out.append(chunk["stream"])
-        elif "error" in chunk:
-            out.append(chunk["error"] + "\n")
-        elif "status" in chunk:
-            out.append(chunk["status"] + "\n")
-    return "".join(out)
-
-
-def _tail(text: str, lines: int = BUILD_LOG_TAIL) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _remove_step_images(client: docker.DockerClient, log_text: str) -> None:
-    """After a failed build, remove the untagged step images it left (the classic builder keeps them)."""
-    for short in reversed(re.findall(r"---> ([0-9a-f]{12})\b", log_text)):
-        image = find_image(client, short)
-        if image is not None and not image.tags:
-            try:
-                client.images.remove(image.id, noprune=False)
-            except docker.errors.APIError:
-                pass  # still a parent of a cached image: it is not a leftover
-
-
-def build_image(
-    client: docker.DockerClient,
-    *,
-    context: Path | None = None,
-    dockerfile_text: str | None = None,
-    dockerfile: str = "Dockerfile",
-    tag: str | None = None,
-    image_labels: dict[str, str] | None = None,
-    buildargs: dict[str, str] | None = None,
-    memory_mb: int | None = None,
-    what: str = "image",
-) -> Image:
-    """Build an image from a context folder (or a lone Dockerfile text); BuildError on failure."""
-    kwargs: dict[str, Any] = dict(
-        tag=tag,
-        rm=True,
-        forcerm=True,
-        labels=image_labels or None,
-        buildargs=buildargs or None,
-        pull=False,
-    )
-    if memory_mb:
-        kwargs["container_limits"] = {"memory": memory_mb * 1024 * 1024, "memswap": -1}
-    if context is not None:
-        if dockerfile_text is not None:
-            (context / dockerfile).write_text(dockerfile_text)
-        kwargs.update(path=str(context), dockerfile=dockerfile)
-    else:
-        kwargs["fileobj"] = io.BytesIO((dockerfile_text or "").encode())
-    try:
-        image, chunks = client.images.build(**kwargs)
-        _ = _log_text(chunks)
-        return image
-    except docker.errors.BuildError as exc:
-        text = _log_text(exc.build_log)
-        _remove_step_images(client, text)
-        raise BuildError(f"{what} failed to build: {exc.msg}", log=_tail(text)) from exc
-    except docker.errors.APIError as exc:
-        raise BuildError(f"{what} failed to build: {exc.explanation or exc}", log=str(exc)) from exc
-
-
 def image_size(client: docker.DockerClient, ref: str) -> int:
     """Total size in bytes of an image (its layers and all its parents')."""
     return int(client.images.get(ref).attrs.get("Size", 0))
@@ -539,16 +455,3 @@ def prune(client: docker.DockerClient, *, healthy: bool = False, base: bool = Fa
             report.images.append(item["Deleted"][:19])
     report.reclaimed += int(result.get("SpaceReclaimed") or 0)
     return report
-
-
-def tar_one(name: str, data: bytes, mode: int = 0o644) -> bytes:
-    """A tar archive holding one root-owned file (for put_archive)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mode = mode
-        info.uid = info.gid = 0
-        info.mtime = int(time.time())
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
