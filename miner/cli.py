@@ -670,7 +670,7 @@ def compound(ctx: click.Context, k: int, repo: str | None, budget: int, seed: in
         reports = compound_stored(store, k, budget, seed=seed, repo=repo, timeout=timeout,
                                   phase=lambda name, text: console.print(f"{escape(name)}: {escape(text)}"))
     rows = [{"repo": r.repo, "tried": r.tried, "validated": r.validated, "already_tried": r.resumed,
-             "refused": r.refused, "skipped": r.reason} for r in reports]
+             "refused": r.refused, "skipped": r.reason, "note": r.note} for r in reports]
     skipped = [r for r in reports if r.reason]
     if as_json:
         print_json(rows)
@@ -685,7 +685,7 @@ def _compound_table(console: Any, k: int, rows: list[dict[str, Any]]) -> None:
     for column in ("repo", "tried", "validated", "already tried", "refused by rule"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        refused = f"skipped: {row['skipped']}" if row["skipped"] else rules_text(row["refused"])
+        refused = f"skipped: {row['skipped']}" if row["skipped"] else rules_text(row["refused"]) or row["note"]
         table.add_row(escape(row["repo"]), str(row["tried"]), str(row["validated"]), str(row["already_tried"]),
                       escape(refused))
     print_table(console, table)

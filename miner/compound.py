@@ -54,6 +54,7 @@ class CompoundReport:
     resumed: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # rule -> candidates
     reason: str = ""  # why the project was skipped (it could not be prepared again)
+    note: str = ""  # why no compound was tried, when none was
 
 
 def compound_inversion(parts: list[Task], catalogue: dict[str, InversionType]) -> Inversion:
@@ -186,9 +187,16 @@ def build_compounds(ctx: Context, project: Project, stored: list[Task], graph: n
     mine = [t for t in stored if t.repo == project.repo and t.commit == project.commit]
     tasks = eligible(mine, catalogue, ctx.backend.name)
     if len(tasks) < options.k:
-        say(f"compound: {len(tasks)} stored task(s) can be parts, {options.k} are needed")
+        report.note = f"{len(tasks)} stored task(s) can be parts, {options.k} are needed"
+        say(f"compound: {report.note}")
         return report
-    for parts in combinations(tasks, options.k, graph, options.seed):
+    found = combinations(tasks, options.k, graph, options.seed)
+    if not found:
+        report.note = (f"no {options.k} of its {len(tasks)} stored tasks stand apart (other targets, other "
+                       "branches of the dependency graph, other F2P sets)")
+        say(f"compound: {report.note}")
+        return report
+    for parts in found:
         if report.tried + report.resumed >= options.budget:  # as for single candidates: a rerun adds nothing
             break
         inversion = compound_inversion(parts, catalogue)

@@ -21,6 +21,7 @@ project that could not be checked for a passing reason (network) is not recorded
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -194,9 +195,7 @@ def pytest_collected(root: Path, timeout: float = COLLECT_TIMEOUT) -> list[str] 
     offline, read-only and bounded in time, with no module, conftest or plugin of the project
     loaded (assets/collect/miner_collect.py); None when pytest could not answer (not installed,
     bwrap missing, a configuration it refuses, out of time): the estimate from files stands then."""
-    try:
-        import pytest  # noqa: F401 - pytest answers in a process of its own, with this interpreter
-    except ImportError:
+    if importlib.util.find_spec("pytest") is None:  # it answers in a process of its own, with this interpreter
         return None
     from miner.sandbox.local import BWRAP, confined_tool
 

@@ -30,10 +30,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from miner import graph as graphs
 from miner.compound import CompoundOptions, build_compounds
@@ -61,23 +62,30 @@ ADAPTIVE_POOL = 3  # graph selection renders budget x this many candidates to ch
 DEFAULT_BATCH = 30  # candidates of one project mined as one unit; more are split into batches
 
 
-@dataclass
+BackendName = Literal["local", "docker", "auto"]
+Selection = Literal["graph", "random"]
+InverterName = Literal["procedural", "agent", "both"]
+ExecutorName = Literal["local", "ray"]
+
+
+# Validated when made (and by dataclasses.replace): a value outside its Literal is refused there.
+@pydantic_dataclass(config=ConfigDict(arbitrary_types_allowed=True))
 class CrawlOptions:
     types: str | None = None  # comma list of exact ids or families
     max_tasks_per_repo: int | None = None
     budget: int | None = None  # candidates tried per project
     seed: int = 0
     jobs: int = 1
-    backend: str = "local"
-    select: str = "graph"  # graph | random
+    backend: BackendName = "local"
+    select: Selection = "graph"
     timeout: float = 600.0  # per test-suite run
     system: bool = True  # ask the backend what lies beneath the project: system and service targets (Docker)
     catalogue_dirs: tuple[Path, ...] = ()  # extra catalogue folders (their types override built-in ones)
     per_symptom: int = 1  # tasks kept per (family, F2P set) of a project (duplicate-symptom)
     min_free_gb: float = 5.0  # the crawl stops when the store's file system has less free (0: never)
-    inverter: str = "procedural"  # procedural | agent | both
+    inverter: InverterName = "procedural"
     agent: AgentOptions | None = None  # the model client and the agent's limits (agent, both)
-    executor: str = "local"  # local (a thread pool of `jobs`) | ray
+    executor: ExecutorName = "local"  # local: a thread pool of `jobs`
     address: str | None = None  # the Ray cluster (None: a local instance)
     batch_size: int = DEFAULT_BATCH  # a project with more candidates to try is mined in batches of this many
     cache_dir: Path | None = None  # where units fetch and build (None: the store's cache/ and work/)
@@ -103,6 +111,7 @@ class ProjectReport:
     tokens: int = 0  # model tokens spent by the agent (cache hits cost none)
     compound_tried: int = 0  # compound candidates (miner.compound)
     compound_validated: int = 0
+    compound_note: str = ""  # why no compound was tried, when none was
     timings: dict[str, float] = field(default_factory=dict)  # phases before the candidates (miner.timing)
     key: str = ""  # the project's key once fetched
     commit: str = ""
@@ -140,21 +149,46 @@ class Knowledge(BaseModel):
         return found
 
 
-class Event(BaseModel):
-    """One thing a unit learned, for the driver to record (kind says which fields are set)."""
-
-    kind: Literal["project", "state", "candidate", "llm"]
+class _EventBase(BaseModel):
     project_key: str = ""
     repo: str = ""
     commit: str = ""
-    source: Source | None = None
-    healthy: HealthyState | None = None  # kind project: the state it is mined with
-    state_key: str = ""  # kind state
-    state: HealthyState | None = None
-    candidate: Candidate | None = None  # kind candidate, with its task and task folder when validated
+
+
+class ProjectEvent(_EventBase):
+    """A project fetched (and, once measured, the healthy state it is mined with)."""
+
+    kind: Literal["project"] = "project"
+    source: Source
+    healthy: HealthyState | None = None
+
+
+class StateEvent(_EventBase):
+    """A healthy state recorded under its preparation key."""
+
+    kind: Literal["state"] = "state"
+    state_key: str
+    state: HealthyState
+
+
+class CandidateEvent(_EventBase):
+    """A judged candidate, with its task and task folder's files when validated."""
+
+    kind: Literal["candidate"] = "candidate"
+    candidate: Candidate
     task: Task | None = None
     files: dict[str, str] = Field(default_factory=dict)
-    calls: list[dict[str, Any]] = Field(default_factory=list)  # kind llm
+
+
+class LlmEvent(_EventBase):
+    """Model calls the agent made."""
+
+    kind: Literal["llm"] = "llm"
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+
+
+# One thing a unit learned, for the driver to record: each kind carries exactly its own fields.
+Event = Annotated[ProjectEvent | StateEvent | CandidateEvent | LlmEvent, Field(discriminator="kind")]
 
 
 Emit = Callable[[Event], None]
@@ -236,7 +270,7 @@ class _Recorded:
 
     def record_state(self, key: str, state: HealthyState) -> None:
         self.knowledge.states[key] = state
-        self.emit(Event(kind="state", state_key=key, state=state))
+        self.emit(StateEvent(state_key=key, state=state))
 
 
 def mine_unit(unit: Unit, emit: Emit | None = None, say: Say | None = None) -> UnitResult:
@@ -254,7 +288,7 @@ def mine_unit(unit: Unit, emit: Emit | None = None, say: Say | None = None) -> U
         in_use.append(_hold(root / "work" / project.key))
         fetched.append(project)
         report.repo, report.key, report.commit = project.repo, project.key, project.commit
-        sink(Event(kind="project", project_key=project.key, repo=project.repo, commit=project.commit,
+        sink(ProjectEvent(project_key=project.key, repo=project.repo, commit=project.commit,
                    source=unit.source))
 
     batches: list[Batch] = []
@@ -330,8 +364,8 @@ class _Mining:
         """A judged candidate: its verdict known to this unit, the candidate (with its task) emitted."""
         self.unit.knowledge.verdicts[candidate.id] = Verdict(status=candidate.status, rule=candidate.rule,
                                                              detail=candidate.detail, f2p=candidate.f2p)
-        self.emit(Event(kind="candidate", project_key=self.project.key, repo=self.project.repo,
-                        commit=self.project.commit, candidate=candidate, task=task, files=files))
+        self.emit(CandidateEvent(project_key=self.project.key, repo=self.project.repo, commit=self.project.commit,
+                                 candidate=candidate, task=task, files=files))
 
     def rule_of(self, inversion: Inversion) -> str | None:
         verdict = self.unit.knowledge.verdicts.get(inversion.id_for(self.project))
@@ -348,7 +382,7 @@ def _mine_project(unit: Unit, prepared: Prepared, root: Path, emit: Emit, report
     timeout = float(project.source.overrides.get("timeout", options.timeout))
     extra = backend.run_derived_probes if any(p.kind not in RAW_KINDS for p in state.probes) else None
     report.suite_seconds = state.suite_seconds
-    emit(Event(kind="project", project_key=project.key, repo=project.repo, commit=project.commit,
+    emit(ProjectEvent(project_key=project.key, repo=project.repo, commit=project.commit,
                source=unit.source, healthy=state))
     batch = unit.batch
     say("choosing inversion points" if batch is None else
@@ -430,7 +464,7 @@ def _stack_compounds(mining: _Mining, batch: Batch) -> None:
                             {t.id: t for t in mining.unit.types},
                             CompoundOptions(k=batch.compounds, budget=batch.budget, seed=mining.unit.options.seed),
                             known=lambda cid: cid in mining.unit.knowledge.verdicts, record=record, say=mining.say)
-    report.compound_tried, report.compound_validated = found.tried, found.validated
+    report.compound_tried, report.compound_validated, report.compound_note = found.tried, found.validated, found.note
     report.resumed += found.resumed
 
 
@@ -443,8 +477,8 @@ def _mine_with_agent(mining: _Mining, extra_targets: list[Target]) -> None:
     client, model = agent_options.client, agent_options.client.settings.model
     instruct = None
     if agent_options.instructions:
-        instruct = instruction_writer(client, lambda call: mining.emit(Event(
-            kind="llm", project_key=project.key, repo=project.repo, calls=[{**call.row(), "purpose": "instruction"}])))
+        instruct = instruction_writer(client, lambda call: mining.emit(LlmEvent(
+            project_key=project.key, repo=project.repo, calls=[{**call.row(), "purpose": "instruction"}])))
     # Goals see the tasks no model made: a rerun (or a resumed crawl) with the same seed then asks
     # the same questions, which the cache answers for free; the seed spreads the goals instead.
     mined = [task for task in mining.unit.knowledge.tasks if task.model is None]
@@ -476,7 +510,7 @@ def _mine_with_agent(mining: _Mining, extra_targets: list[Target]) -> None:
         check_free_space(mining.root, options.min_free_gb)
         mining.say(f"agent goal {number}/{len(goals)}: {goal.category} on {goal.target.name}")
         result = agent.run(goal)
-        mining.emit(Event(kind="llm", project_key=project.key, repo=project.repo, calls=[
+        mining.emit(LlmEvent(project_key=project.key, repo=project.repo, calls=[
             {**turn.call.row(), "goal": goal.id, "round": turn.round,
              "candidate_id": turn.candidate_id} for turn in result.turns]))
         report.tokens += result.tokens

@@ -31,8 +31,8 @@ from miner.compound import CompoundReport, eligible
 from miner.disk import GB
 from miner.gc import trim_cache
 from miner.executors import get_executor
-from miner.mine import (Batch, CrawlOptions, Event, Knowledge, ProjectReport, Unit, UnitResult, Verdict,
-                        backend_for, choose_candidates, mine_unit)
+from miner.mine import (Batch, CandidateEvent, CrawlOptions, Event, Knowledge, ProjectEvent, ProjectReport, StateEvent,
+                        Unit, UnitResult, Verdict, backend_for, choose_candidates, mine_unit)
 from miner.models import Source, Task, content_id
 from miner.sandbox import docker_available
 from miner.sources import parse_repos, repo_name
@@ -65,19 +65,19 @@ class Recorder:
 
     def _record(self, event: Event) -> None:
         store = self.store
-        if event.kind == "project" and event.source is not None:
+        if isinstance(event, ProjectEvent):
             store.record_project(event.project_key, event.repo, event.commit, event.source.raw, event.source.origin,
                                  "running", healthy=event.healthy)
-        elif event.kind == "state" and event.state is not None:
+        elif isinstance(event, StateEvent):
             store.record_state(event.state_key, event.state)
-        elif event.kind == "candidate" and event.candidate is not None:
+        elif isinstance(event, CandidateEvent):
             candidate = event.candidate
             start = time.monotonic()
             if event.task is not None:
                 store.add_task(event.task, dict(event.files), project_key=event.project_key)
             candidate.timings["store"] = round(time.monotonic() - start, 3)  # its own row is not counted
             store.record_candidate(event.project_key, candidate)
-        elif event.kind == "llm":
+        else:
             store.record_llm_calls(event.project_key, event.repo, event.calls)
 
     def finish(self, report: ProjectReport, source: Source) -> None:
@@ -159,6 +159,8 @@ class _Driver:
                 batch = Batch(number=project.batches, of=project.batches, commit=report.commit, inversions=[],
                               budget=self.options.compound_budget, compounds=k)
                 return [replace(project.unit, knowledge=fresh, batch=batch)]
+            report.compound_note = f"{len(parts)} stored task(s) can be parts, {k} are needed"
+            self.phase(project.unit.source.name, f"no compound: {report.compound_note}")
         self._close(project)
         return []
 
@@ -183,10 +185,10 @@ class _Driver:
         its candidate: a later crawl with a higher limit tries it again); compound tasks are counted
         apart, limited by --compound-budget when they are made; a task whose symptom an earlier
         batch stored is refused."""
-        candidate, task = event.candidate, event.task
-        if event.kind != "candidate" or candidate is None or task is None:
+        if not isinstance(event, CandidateEvent) or event.task is None:
             self.recorder.record(event)
             return 0
+        candidate, task = event.candidate, event.task
         limit = self.options.max_tasks_per_repo
         compound = candidate.inversion.family == "compound"
         refused = limit is not None and not compound and stored >= limit
@@ -231,6 +233,7 @@ def _add_up(report: ProjectReport, batch: ProjectReport) -> None:
     report.resumed += batch.resumed
     report.compound_tried += batch.compound_tried
     report.compound_validated += batch.compound_validated
+    report.compound_note = report.compound_note or batch.compound_note
     report.suite_runs += batch.suite_runs
     report.tokens += batch.tokens
     for type_id, (tried, validated) in batch.by_type.items():
@@ -304,14 +307,14 @@ def _compound_unit(unit: Unit, repo: str, recorder: Recorder, phase: Phase) -> C
     refused: dict[str, int] = {}
 
     def emit(event: Event) -> None:
-        if event.kind == "project":  # the project's row and healthy state are the crawl's
+        if isinstance(event, ProjectEvent):  # the project's row and healthy state are the crawl's
             return
-        candidate = event.candidate
-        if candidate is not None and candidate.status != "validated":
-            refused[candidate.rule or "?"] = refused.get(candidate.rule or "?", 0) + 1
+        if isinstance(event, CandidateEvent) and event.candidate.status != "validated":
+            rule = event.candidate.rule or "?"
+            refused[rule] = refused.get(rule, 0) + 1
         recorder.record(event)
 
     found = mine_unit(unit, emit, lambda text: phase(unit.source.name, text)).report
     return CompoundReport(repo=repo, tried=found.compound_tried, validated=found.compound_validated,
-                          resumed=found.resumed, refused=refused,
+                          resumed=found.resumed, refused=refused, note=found.compound_note,
                           reason=found.reason if found.status != "mined" else "")

@@ -85,4 +85,7 @@ def print_summary(console: Console, report: CrawlReport) -> None:
     compounds = sum(p.compound_tried for p in report.projects)
     if compounds:
         made = sum(p.compound_validated for p in report.projects)
-        console.print(f"compound tasks: {compounds} tried, {made} validated")
+        console.print(f"compound tasks: {compounds} tried, {made} validated (counted apart from the tasks above)")
+    for p in report.projects:
+        if p.compound_note:
+            console.print(f"no compound for {escape(p.repo or p.source)}: {escape(p.compound_note)}")

@@ -10,7 +10,7 @@ from pathlib import Path
 from dataclasses import replace
 
 from miner.executors.base import Waiting
-from miner.mine import Batch, CrawlOptions, Event, ProjectReport, UnitResult
+from miner.mine import Batch, CandidateEvent, CrawlOptions, Event, ProjectEvent, ProjectReport, UnitResult
 from miner.models import Candidate, Inversion, Source, Target, Task
 from miner.pipeline import Recorder, _Driver
 from miner.store import Store
@@ -34,7 +34,7 @@ def judged(n: int, f2p: list[str], source: Source) -> Event:
     task = Task(id=candidate.id, repo=REPO, commit=COMMIT, source=source, type_id=inv.type_id, family=inv.family,
                 target=inv.target, summary=inv.summary, break_script=inv.break_script, fix_script=inv.fix_script,
                 f2p=f2p, p2p=candidate.p2p)
-    return Event(kind="candidate", project_key=KEY, repo=REPO, commit=COMMIT, candidate=candidate, task=task,
+    return CandidateEvent(project_key=KEY, repo=REPO, commit=COMMIT, candidate=candidate, task=task,
                  files={"break.sh": inv.break_script})
 
 
@@ -53,7 +53,7 @@ def drive(tmp_path: Path, options: CrawlOptions, batches: dict[int, list[Event]]
     [unit] = driver.units([source], [], str(tmp_path / "cache"))
     plan = [Batch(number=n, of=len(batches), commit=COMMIT, inversions=[inversion(n)], budget=1) for n in batches]
     head = ProjectReport(source=REPO, repo=REPO, key=KEY, commit=COMMIT, started=100.0, ended=101.0)
-    project_event = Event(kind="project", project_key=KEY, repo=REPO, commit=COMMIT, source=source)
+    project_event = ProjectEvent(project_key=KEY, repo=REPO, commit=COMMIT, source=source)
     more = driver.finish(unit, UnitResult(head, batches=plan, events=[project_event]))
     assert [u.batch.number for u in more if u.batch] == sorted(batches)
     for number in order:
@@ -114,3 +114,25 @@ def test_a_begun_projects_batches_go_before_the_next_projects_unit(tmp_path: Pat
     order = [(unit.index, unit.batch.number if unit.batch else 0) for unit in (waiting.pop() for _ in range(4))]
     assert order == [(0, 1), (0, 2), (1, 1), (2, 0)]
     assert not waiting
+
+
+def test_options_and_events_refuse_invalid_values_when_made() -> None:
+    """CrawlOptions' choices are Literals checked when the options are made (dataclasses.replace
+    too); an event carries exactly its kind's fields, so a candidate event without a candidate, or
+    an unknown kind, cannot be made."""
+    import pydantic
+    import pytest
+    from pydantic import TypeAdapter
+
+    from miner.mine import LlmEvent
+
+    with pytest.raises(pydantic.ValidationError, match="backend"):
+        CrawlOptions(backend="podman")  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError, match="executor"):
+        replace(CrawlOptions(), executor="slurm")  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError, match="candidate"):
+        CandidateEvent(project_key=KEY)  # type: ignore[call-arg]
+    adapter = TypeAdapter(Event)
+    assert isinstance(adapter.validate_python({"kind": "llm", "calls": [{"tokens": 3}]}), LlmEvent)
+    with pytest.raises(pydantic.ValidationError):
+        adapter.validate_python({"kind": "gossip"})
