@@ -38,7 +38,7 @@ import shlex
 import shutil
 import tempfile
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
@@ -66,6 +66,7 @@ BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: buil
 TEST_DIR_NAMES = {"test", "tests", "testing"}
 PYTEST_LAUNCHERS = ({"python", "python3"}, {"pytest", "py.test"})
 MANIFEST_TIMEOUT = 600
+HEALTHY_SUITE_TIMEOUT = 1800  # seconds the healthy suite may take in the healthy image
 INDEX_HOSTS = ("pypi.org", "files.pythonhosted.org")  # pip's default index and where it serves files
 ARCHIVE_HOSTS = ("deb.debian.org", "security.debian.org")  # the Debian archive of the images
 PIP_URL_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_PROXY")
@@ -136,6 +137,7 @@ class TaskSource:
     name: str  # folder name and the part of the Harbor name after "ORG/"
     dockerized: bool = False  # mined from the project's own Dockerfile (see miner.export.dockerized)
     variant: str = "symptom"  # the instruction variant exported (models.INSTRUCTION_VARIANTS)
+    dropped: list[str] = field(default_factory=list)  # P2P tests the healthy image does not pass
 
 
 # -- names, timeouts ----------------------------------------------------------------------------
@@ -369,17 +371,19 @@ class ManifestCache:
                 raise ExportError(str(exc)) from None
         return self._boot
 
-    def get(self, stage: str, files: dict[str, bytes]) -> dict:
+    def get(self, stage: str, files: dict[str, bytes], test_command: str) -> dict:
+        """The healthy stage's manifest (the verifier's --collect output), with `healthy_outcomes`:
+        the suite run by `test_command` in that image, per test."""
         context = {k: v for k, v in files.items() if k != "break.sh"}
         build = content_id(stage, {k: hashlib.sha256(v).hexdigest() for k, v in sorted(context.items())}, length=24)
-        key = content_id(build, verifier_digest(), length=24)
+        key = content_id(build, verifier_digest(), test_command, length=24)
         if key in self.memory:
             return self.memory[key]
         path = self.folder / f"{key}.json"
         if path.is_file():
             self.memory[key] = json.loads(path.read_text())
             return self.memory[key]
-        manifest = self._measure(build, stage, context)
+        manifest = self._measure(build, stage, context, test_command)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
         tmp.write_text(json.dumps(manifest, sort_keys=True))
@@ -392,9 +396,9 @@ class ManifestCache:
             self.client = images.docker_client()
         return self.client
 
-    def _measure(self, key: str, stage: str, context: dict[str, bytes]) -> dict:
+    def _measure(self, key: str, stage: str, context: dict[str, bytes], test_command: str) -> dict:
         """Build the healthy stage (tagged by its inputs: a rebuild reuses the tag and Docker's layer
-        cache, which later builds of the task's own Dockerfile share) and run --collect inside it."""
+        cache, which later builds of the task's own Dockerfile share), run --collect and the suite inside it."""
         client = self._client()
         tag = f"miner/export-healthy:{key}"
         image = None
@@ -407,7 +411,7 @@ class ManifestCache:
                                                  target=project_stage.group(1)).attrs)
             build_stage(client, Path(tmp), tag, images.labels("healthy", export="1"))
         self.built += 1
-        manifest = run_collector(client, tag)
+        manifest = run_collector(client, tag) | {"healthy_outcomes": healthy_outcomes(client, tag, test_command)}
         return manifest | {"image": image} if image is not None else manifest
 
 
@@ -450,6 +454,41 @@ def run_collector(client, image: str) -> dict:
 
 
 # -- the verifier's files ---------------------------------------------------------------------------
+
+
+def healthy_outcomes(client, image: str, test_command: str) -> dict[str, str]:
+    """The suite's outcome per test in a fresh, network-less container of the healthy image: the
+    image's interpreter and system are not the sandbox's the task was mined in (a patch release of
+    Python, a library of the base image), and a test that fails here cannot judge the task."""
+    from miner.testing import parse_junit, suite_command
+
+    report = "/tmp/miner-healthy.xml"
+    script = f"cd {PROJECT_DIR}; {suite_command(test_command, report)} >/dev/null 2>&1; cat {report}"
+    code, out, err = gateway.run_once(client, image, ["bash", "-c", script], timeout=HEALTHY_SUITE_TIMEOUT,
+                                      network_disabled=True, labels=images.labels("fork", purpose="export-suite"))
+    results = parse_junit(out) if code == 0 else {}
+    if not results:
+        raise ExportError(f"the healthy image's test suite gave no report: {(err or out).strip()[-400:]}")
+    return {test: result.outcome for test, result in results.items()}
+
+
+def judged_in_image(ts: TaskSource, manifest: dict) -> TaskSource:
+    """The task as the healthy image can judge it: refused when one of its F2P tests does not pass
+    in that image (the oracle could not score 1), its P2P less the tests that do not pass there
+    (they judge nothing); the tests dropped are named in the task's metadata."""
+    outcomes: dict[str, str] = manifest.get("healthy_outcomes") or {}
+    failing = [t for t in ts.task.f2p + ts.task.p2p if not t.startswith("probe::") and outcomes.get(t) != "passed"]
+    if not failing:
+        return ts
+    f2p = [t for t in ts.task.f2p if t in failing]
+    if f2p:
+        raise ExportError(f"{len(f2p)} of its F2P tests do not pass in the healthy image (its interpreter or system "
+                          f"is not the mining sandbox's): {', '.join(f2p[:3])}")
+    p2p = [t for t in ts.task.p2p if t not in failing]
+    if not p2p and len(ts.task.f2p) > 1 and not ts.task.whole_suite:
+        raise ExportError(f"none of its P2P tests pass in the healthy image: {', '.join(failing[:3])}")
+    task = ts.task.model_copy(update={"p2p": p2p})
+    return replace(ts, task=task, dropped=sorted(failing))
 
 
 def pytest_args(test_command: str) -> list[str]:

@@ -47,6 +47,7 @@ from miner.export.common import (
     environment_files,
     evidence_metadata,
     healthy_stage,
+    judged_in_image,
     instruction,
     network_route,
     pytest_args,
@@ -120,6 +121,8 @@ def task_config(ts: TaskSource, options: ExportOptions, pip_env: dict[str, str] 
             "difficulty_score": task.difficulty_score,
             "f2p_count": len(task.f2p),
             "p2p_count": len(task.p2p),
+            # healthy-passing where the task was mined, not in the healthy image: they judge nothing
+            "p2p_not_passing_in_image": ts.dropped,
             "suite_seconds": round(task.suite_seconds, 3),
             "miner_version": __version__,
             "miner_task_id": task.id,
@@ -149,7 +152,8 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     separate = options.verifier_mode == "separate"
     context = environment_files(ts, pip, project_tarball(ts.project.path))
-    manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context)
+    manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context, ts.task.test_command)
+    ts = judged_in_image(ts, manifest)
     boot_options = " --kill-ancestors" + (" --restore /logs/artifacts" if separate else "")
     tests = {"test.sh": test_script(ts, manifest, options=boot_options).encode()}
     tests |= verifier_files(ts, manifest, manifests.boot()) | solver_view_file(ts, manifest)

@@ -31,6 +31,7 @@ from miner.export.common import (
     environment_files,
     evidence_metadata,
     healthy_stage,
+    judged_in_image,
     instruction,
     network_route,
     pytest_args,
@@ -114,7 +115,9 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     # measured on the image the task runs in: the harness's tools (tmux) change the loader's cache
-    manifest = manifests.get(healthy_stage(ts, options.base_image, pip, tools_stage=TOOLS_STAGE), context)
+    manifest = manifests.get(healthy_stage(ts, options.base_image, pip, tools_stage=TOOLS_STAGE), context,
+                             ts.task.test_command)
+    ts = judged_in_image(ts, manifest)
     text = dockerfile(ts, options.base_image, pip, prefix="environment/", tools_stage=TOOLS_STAGE)
     files: dict[str, bytes] = {
         "task.yaml": task_yaml(ts, pip.env).encode(),
