@@ -473,3 +473,24 @@ def test_a_build_failure_is_reported_by_pips_error_lines(tmp_path: Path) -> None
     reason = _reason(caught.value)
     assert reason.startswith("build failed: build step 'install' exited 1")
     assert "ERROR:" in reason and "no-such-backend-for-miner-tests" in reason
+
+
+@pytest.mark.slow  # a real wheel build of miner itself
+@pytest.mark.pypi  # its build backend comes from the index
+def test_a_plain_install_ships_every_file_the_program_reads(tmp_path: Path) -> None:
+    """`pip install .` (not only an editable one): the wheel holds every asset (the verifier, the
+    boot tool's source, discovery's pytest plugin, the attack catalogue) and the inversions/
+    catalogue, each at its place in the package."""
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                           "-w", str(tmp_path), str(root)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [wheel] = tmp_path.glob("miner-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = [p.relative_to(root).as_posix() for p in (root / "miner").rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    missing = [name for name in wanted if name not in names]
+    assert not missing, missing
+    assert any(name.startswith("miner/catalogue_data/") and name.endswith(".yaml") for name in names)
