@@ -139,7 +139,7 @@ def test_a_crawl_applying_every_local_type_leaves_the_host_unchanged(frozen: Pat
     missing = set(wanted)
     for _ in range(MAX_ROUNDS):  # later rounds ask only for the types not tried yet
         frozen_miner(frozen, store, "crawl", "--repos", repos, "--types", ",".join(sorted(missing)),
-                     "--budget", str(len(missing) + 4), "--timeout", "300")
+                     "--budget", str(len(missing) + 4), "--timeout", "300", "--jobs", "2")  # a project a core
         by_type = json.loads(frozen_miner(frozen, store, "stats", "--json").stdout)["by_type"]
         missing = wanted - {type_id for type_id, bucket in by_type.items() if bucket["tried"]}
         if not missing:
