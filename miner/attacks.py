@@ -287,8 +287,19 @@ class Attacker:
                     if on_outcome is not None:
                         on_outcome(report, outcome)
         finally:
-            self.checker.client.images.remove(image, force=True)
+            discard_image(self.checker.client, image)
         return report
+
+
+def discard_image(client, image: str) -> None:  # noqa: ANN001 - a docker client
+    """Remove the task's image; one still in use (the same build under another tag, a container of
+    another run) is left for `miner gc` rather than failing the report."""
+    import docker.errors
+
+    try:
+        client.images.remove(image, force=True)
+    except docker.errors.APIError:
+        pass
 
 
 def attack_tasks(paths: list[Path], catalogue: Catalogue, jobs: int = 1,
