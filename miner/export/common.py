@@ -473,17 +473,17 @@ def healthy_outcomes(client, image: str, test_command: str) -> dict[str, str]:
 
 
 def judged_in_image(ts: TaskSource, manifest: dict) -> TaskSource:
-    """The task as the healthy image can judge it: refused when one of its F2P tests does not pass
-    in that image (the oracle could not score 1), its P2P less the tests that do not pass there
+    """The task as the healthy image can judge it: its P2P less the tests that do not pass there
     (they judge nothing); the tests dropped are named in the task's metadata."""
     outcomes: dict[str, str] = manifest.get("healthy_outcomes") or {}
     failing = [t for t in ts.task.f2p + ts.task.p2p if not t.startswith("probe::") and outcomes.get(t) != "passed"]
     if not failing:
         return ts
-    f2p = [t for t in ts.task.f2p if t in failing]
-    if f2p:
-        raise ExportError(f"{len(f2p)} of its F2P tests do not pass in the healthy image (its interpreter or system "
-                          f"is not the mining sandbox's): {', '.join(f2p[:3])}")
+    # An F2P test is kept whatever this run says: the suite here runs without the verifier's
+    # setting of the environment (a task's variables, its services), so only P2P tests are dropped.
+    failing = [t for t in failing if t not in ts.task.f2p]
+    if not failing:
+        return ts
     p2p = [t for t in ts.task.p2p if t not in failing]
     if not p2p and len(ts.task.f2p) > 1 and not ts.task.whole_suite:
         raise ExportError(f"none of its P2P tests pass in the healthy image: {', '.join(failing[:3])}")
