@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from miner.check import CheckError, Checker, Scenario, check_tests_folder, discard, read_config, task_dirs
-from miner.sandbox.docker.gateway import read_file, tar_files
+from miner.sandbox.docker.gateway import read_file, remove_image, tar_files
 
 ATTACK_DIR = "/tmp/miner-attack"
 ID = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -287,19 +287,8 @@ class Attacker:
                     if on_outcome is not None:
                         on_outcome(report, outcome)
         finally:
-            discard_image(self.checker.client, image)
+            remove_image(self.checker.client, image)
         return report
-
-
-def discard_image(client, image: str) -> None:  # noqa: ANN001 - a docker client
-    """Remove the task's image; one still in use (the same build under another tag, a container of
-    another run) is left for `miner gc` rather than failing the report."""
-    import docker.errors
-
-    try:
-        client.images.remove(image, force=True)
-    except docker.errors.APIError:
-        pass
 
 
 def attack_tasks(paths: list[Path], catalogue: Catalogue, jobs: int = 1,

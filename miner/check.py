@@ -48,7 +48,7 @@ from pathlib import Path
 import yaml
 
 from miner.models import SolverView, content_id
-from miner.sandbox.docker.gateway import build_image, read_file, tar_folder
+from miner.sandbox.docker.gateway import build_image, read_file, remove_image, tar_folder
 from miner.solver_view import judge, read_view, view_script
 
 REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
@@ -213,13 +213,8 @@ class Checker:
         self.built: list[str] = []
 
     def remove_built(self) -> None:
-        import docker.errors
-
         for image in self.built:
-            try:
-                self.client.images.remove(image, force=True)
-            except docker.errors.APIError:
-                pass  # already gone, or still used by an image we did not build
+            remove_image(self.client, image)
         self.built.clear()
 
     def build(self, task_dir: Path, timeout: float) -> str:

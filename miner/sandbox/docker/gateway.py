@@ -1,6 +1,7 @@
 """The Docker gateway: what several stages ask of the engine, written once.
 
     build_image(client, context=..., tag=...)   # an image; miner's BuildError with the log's tail
+    remove_image(client, ref)                   # gone, or left for gc when still in use
     find_image(client, ref)                     # a local image, or None
     tar_files({...}) / tar_folder(folder, name) # root-owned archives for put_archive
     read_file(container, path)                  # one file out of a container, or None
@@ -114,6 +115,15 @@ def build_image(
         raise BuildError(f"{what} failed to build: {exc.msg}", log=_tail(text)) from exc
     except docker.errors.APIError as exc:
         raise BuildError(f"{what} failed to build: {exc.explanation or exc}", log=str(exc)) from exc
+
+
+def remove_image(client: docker.DockerClient, ref: str) -> None:
+    """Remove an image miner built; one already gone or still in use (the same build under another
+    tag, a container of another run) is left as it is, for `miner gc`."""
+    try:
+        client.images.remove(ref, force=True)
+    except docker.errors.APIError:
+        pass
 
 
 # -- archives ----------------------------------------------------------------------------------
