@@ -459,7 +459,7 @@ def run_collector(client, image: str) -> dict:
 def healthy_outcomes(client, image: str, test_command: str) -> dict[str, str]:
     """The suite's outcome per test in a fresh, network-less container of the healthy image: the
     image's interpreter and system are not the sandbox's the task was mined in (a patch release of
-    Python, a library of the base image), and a test that fails here cannot judge the task."""
+    Python, a library of the base image), and a P2P test that fails here judges nothing."""
     from miner.testing import parse_junit, suite_command
 
     report = "/tmp/miner-healthy.xml"
@@ -476,12 +476,9 @@ def judged_in_image(ts: TaskSource, manifest: dict) -> TaskSource:
     """The task as the healthy image can judge it: its P2P less the tests that do not pass there
     (they judge nothing); the tests dropped are named in the task's metadata."""
     outcomes: dict[str, str] = manifest.get("healthy_outcomes") or {}
-    failing = [t for t in ts.task.f2p + ts.task.p2p if not t.startswith("probe::") and outcomes.get(t) != "passed"]
-    if not failing:
-        return ts
-    # An F2P test is kept whatever this run says: the suite here runs without the verifier's
-    # setting of the environment (a task's variables, its services), so only P2P tests are dropped.
-    failing = [t for t in failing if t not in ts.task.f2p]
+    # F2P tests are kept whatever this run says: the suite here runs without the verifier's setting
+    # of the environment (a task's variables, its services), so only P2P tests are dropped.
+    failing = [t for t in ts.task.p2p if not t.startswith("probe::") and outcomes.get(t) != "passed"]
     if not failing:
         return ts
     p2p = [t for t in ts.task.p2p if t not in failing]
