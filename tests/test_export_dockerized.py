@@ -102,6 +102,8 @@ def test_the_context_honours_the_dockerignore(tmp_path: Path) -> None:
 def test_image_config_keeps_what_the_probes_need() -> None:
     attrs = {"Config": {"Cmd": ["python3", "server.py"], "Entrypoint": None, "WorkingDir": "/app", "User": "",
                         "ExposedPorts": {"8000/tcp": {}, "53/udp": {}},
-                        "Healthcheck": {"Test": ["CMD-SHELL", "curl -f localhost:8000"]}}}
+                        "Healthcheck": {"Test": ["CMD-SHELL", "curl -f localhost:8000"]},
+                        "Env": ["PATH=/usr/bin:/bin", "APP_CONFIG=/app/conf=prod.ini"]}}
     assert image_config(attrs) == {"command": ["python3", "server.py"], "workdir": "/app", "user": "root",
-                                   "ports": [8000], "healthcheck": ["CMD-SHELL", "curl -f localhost:8000"]}
+                                   "ports": [8000], "healthcheck": ["CMD-SHELL", "curl -f localhost:8000"],
+                                   "env": {"PATH": "/usr/bin:/bin", "APP_CONFIG": "/app/conf=prod.ini"}}

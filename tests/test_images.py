@@ -106,9 +106,10 @@ def test_layout_is_one_text_for_the_backend_and_the_exporter():
 
 def test_image_facts():
     config = {"Entrypoint": ["python3"], "Cmd": ["app.py"], "ExposedPorts": {"8000/tcp": {}, "53/udp": {}},
-              "Healthcheck": {"Test": ["CMD-SHELL", "true"]}, "WorkingDir": "/app"}
+              "Healthcheck": {"Test": ["CMD-SHELL", "true"]}, "WorkingDir": "/app", "Env": ["APP_MODE=prod"]}
     assert layout.image_facts(config) == {"command": ["python3", "app.py"], "workdir": "/app", "user": "root",
-                                          "ports": [8000], "healthcheck": ["CMD-SHELL", "true"]}
+                                          "ports": [8000], "healthcheck": ["CMD-SHELL", "true"],
+                                          "env": {"APP_MODE": "prod"}}
     assert layout.image_facts({"Healthcheck": {"Test": ["NONE"]}})["healthcheck"] == []
 
 

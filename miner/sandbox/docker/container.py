@@ -300,20 +300,21 @@ class DockerSandbox(Sandbox):
     def image_workdir(self) -> str:
         return self.image["workdir"]
 
-    def run_image_command(self, timeout: float = PROBE_TIMEOUT) -> tuple[int, str]:
+    def run_image_command(self, timeout: float = PROBE_TIMEOUT, wrap: list[str] | None = None) -> tuple[int, str]:
         """Run the image's CMD once, as the image would (its user and workdir), from `bash -c` (which
-        reads the environment through BASH_ENV)."""
-        argv = self.image_command()
+        reads the environment through BASH_ENV); `wrap` goes before it (a tracer)."""
+        argv = [*(wrap or []), *self.image_command()]
         script = f"cd {shlex.quote(self.image_workdir())}; exec {shlex.join(argv)}"
         code, out, _ = self._exec(self._timed(["bash", "-c", script], timeout), timeout=timeout,
                                   user=self.image_user())
         return code, out
 
-    def start_service(self, env: dict[str, str] | None = None) -> bool:
-        """Start the image's CMD in the background (own session); wait until its ports answer."""
-        argv = self.image_command()
-        if not argv:
+    def start_service(self, env: dict[str, str] | None = None, wrap: list[str] | None = None) -> bool:
+        """Start the image's CMD in the background (own session); wait until its ports answer.
+        `wrap` goes before the command (a tracer)."""
+        if not self.image_command():
             return False
+        argv = [*(wrap or []), *self.image_command()]
         script = (f"echo $$ > {SERVICE_PIDFILE}; cd {shlex.quote(self.image_workdir())}; "
                   f"exec {shlex.join(argv)} >{SERVICE_LOG} 2>&1")
         api = self.client.api
@@ -363,12 +364,14 @@ class DockerSandbox(Sandbox):
             return None
         return int(status_line[1]), body
 
-    def healthcheck(self, timeout: float = 30.0) -> tuple[int, str] | None:
-        """Run the image's HEALTHCHECK test once, as Docker would: (exit code, output), or None."""
+    def healthcheck(self, timeout: float = 30.0, wrap: list[str] | None = None) -> tuple[int, str] | None:
+        """Run the image's HEALTHCHECK test once, as Docker would: (exit code, output), or None.
+        `wrap` goes before it (a tracer)."""
         test = self.image["healthcheck"]
         if not test:
             return None
         argv = ["/bin/sh", "-c", test[1]] if test[0] == "CMD-SHELL" else test[1:] if test[0] == "CMD" else test
+        argv = [*(wrap or []), *argv]
         code, out, _ = self._exec(self._timed(argv, timeout), timeout=timeout, user=self.image_user(),
                                   workdir=self.image_workdir())
         return code, out

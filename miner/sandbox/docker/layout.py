@@ -189,7 +189,8 @@ def image_config(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def image_facts(config: dict[str, Any]) -> dict[str, Any]:
     """What running a Dockerized project's image needs of its config (Docker's "Config" keys):
-    command (ENTRYPOINT + CMD), workdir, user, EXPOSEd TCP ports, HEALTHCHECK test ([] if none)."""
+    command (ENTRYPOINT + CMD), workdir, user, EXPOSEd TCP ports, HEALTHCHECK test ([] if none),
+    the variables its ENV sets."""
     ports = []
     for spec in (config.get("ExposedPorts") or {}):
         number, _, proto = spec.partition("/")
@@ -202,4 +203,5 @@ def image_facts(config: dict[str, Any]) -> dict[str, Any]:
         "user": config.get("User") or "root",
         "ports": sorted(ports),
         "healthcheck": test if test and test[0] != "NONE" else [],
+        "env": dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item),
     }

@@ -12,7 +12,10 @@
           "imports": [{path, module, debian: {package, version} | None,
                        python: {dist, version, installer, python, pip} | None}] the Python files the
                      running service imported from site-packages outside the project
-      }
+      },
+      "trace": None, or for a Dockerized project, what its command, service and HEALTHCHECK touched
+               when run under a tracer, whatever the language (trace.py), each file and program
+               with its owner: {"debian": {package, version} | None, ...}
     }
 
 miner.inverters.system decides what of it to break; the graph reads the inventory part.
@@ -28,6 +31,7 @@ from typing import Any
 
 from miner.models import SANDBOX_ROOT
 from miner.sandbox.base import Sandbox, SandboxError, word_chunks
+from miner.sandbox.docker import trace
 from miner.sandbox.docker.container import DockerSandbox
 
 SCRATCH = f"{SANDBOX_ROOT}/.miner"
@@ -147,10 +151,89 @@ def observe_service(sandbox: Sandbox) -> dict[str, Any] | None:
             "imports": service_imports(sandbox, log_text)}
 
 
+TRACE_LOGS = f"{SCRATCH}/trace-logs"
+GENERIC_VARIABLES = {"PATH", "HOME", "HOSTNAME", "LANG", "TERM"}  # every image's, not the project's
+
+
+def _traced_runs(sandbox: DockerSandbox) -> list[tuple[trace.Touched, list[str]]]:
+    """Run the image's service (probed over HTTP) or command, then its HEALTHCHECK, each traced."""
+    logs = {name: f"{TRACE_LOGS}/{name}.log" for name in ("main", "health")}
+    sandbox.run(f"mkdir -p {TRACE_LOGS} && chmod 1777 {TRACE_LOGS}", timeout=60)
+    health = ["probe::healthcheck"] if sandbox.image["healthcheck"] else []
+    if sandbox.ports():
+        served = [f"probe::http::{port}/" for port in sandbox.ports()] + health
+        try:
+            if sandbox.start_service(wrap=trace.wrap(logs["main"])):
+                for port in sandbox.ports():
+                    sandbox.http_get(port)
+                sandbox.healthcheck(wrap=trace.wrap(logs["health"]))
+        finally:
+            sandbox.stop_service()
+    else:
+        served = ["probe::cmd"]
+        sandbox.run_image_command(wrap=trace.wrap(logs["main"]))
+        sandbox.healthcheck(wrap=trace.wrap(logs["health"]))
+    cwd = sandbox.image_workdir()
+    text = {name: (sandbox.read(path) or b"").decode(errors="replace") for name, path in logs.items()}
+    return [(trace.parse(text["main"], cwd), served), (trace.parse(text["health"], cwd), health)]
+
+
+def _real_paths(sandbox: Sandbox, paths: list[str]) -> dict[str, str]:
+    """Each path with its symlinks resolved inside the container (`readlink -f`)."""
+    real: dict[str, str] = {}
+    for chunk in word_chunks(paths, size=lambda p: len(shlex.quote(p))):
+        out = _sh(sandbox, "readlink -f -- " + " ".join(shlex.quote(p) for p in chunk))
+        resolved = out.splitlines()
+        if len(resolved) == len(chunk):
+            real.update(zip(chunk, resolved))
+    return real
+
+
+def observe_trace(sandbox: Sandbox) -> dict[str, Any] | None:
+    """What a Dockerized project's running program touched (see trace.py); None for other projects."""
+    if not isinstance(sandbox, DockerSandbox) or not sandbox.healthy.info.get("dockerized") \
+            or not sandbox.image_command():
+        return None
+    archive = trace.tracer_tar()
+    if archive is None:
+        return {"tool": None, "why": "strace is not installed on the host", "files": [], "programs": [], "sockets": []}
+    sandbox.container.put_archive("/", archive)
+    runs = _traced_runs(sandbox)
+    paths = sorted({p for touched, _ in runs for p in [*touched.files, *touched.programs]})
+    found = trace.merge(runs, _real_paths(sandbox, paths))
+    outside = sorted({e["real"] for e in found["files"] + found["programs"] if e.get("rel") is None})
+    owners = file_owners(sandbox, outside) if outside else {}
+    for entry in found["files"] + found["programs"]:
+        entry["debian"] = (owners.get(entry["real"]) or {}).get("debian")
+    sandbox.run(f"rm -rf {trace.TRACER_DIR} {TRACE_LOGS}", timeout=60)
+    why = "" if found["files"] or found["programs"] else "the tracer saw nothing (ptrace refused?)"
+    return {"tool": trace.tracer_version(), "why": why, **found, "runtime": runtime_of(sandbox),
+            "variables": {k: v for k, v in sandbox.image["env"].items() if k not in GENERIC_VARIABLES}}
+
+
+def runtime_of(sandbox: DockerSandbox) -> dict[str, list[str]]:
+    """The programs the image's command and HEALTHCHECK start (an interpreter: node, perl, ...) and
+    the shared libraries they link: every check runs them, so a break of one fails every check."""
+    test = sandbox.image["healthcheck"] or []
+    words = [sandbox.image_command()[:1], test[1:2] if test[:1] == ["CMD"] else []]
+    names = sorted({w[0] for w in words if w})
+    found = _sh(sandbox, "for p in " + " ".join(shlex.quote(n) for n in names)
+                + '; do w=$(command -v "$p") && readlink -f "$w"; done') if names else ""
+    programs = sorted(set(found.splitlines()))
+    libraries: set[str] = set()
+    for program in programs:
+        for line in _sh(sandbox, f"ldd {shlex.quote(program)}").splitlines():
+            soname = line.strip().split(" ", 1)[0]
+            if ".so" in soname:
+                libraries.add(soname.rsplit("/", 1)[-1])
+    return {"programs": programs, "libraries": sorted(libraries)}
+
+
 def observe(sandbox: Sandbox) -> dict[str, Any]:
-    """The whole observation of a healthy fork: the system inventory plus the service's part."""
+    """The whole observation of a healthy fork: the system inventory, the service's part, the trace."""
     found = system_inventory(sandbox)
     found["service"] = observe_service(sandbox)
+    found["trace"] = observe_trace(sandbox)
     return found
 
 
