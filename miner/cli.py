@@ -799,6 +799,7 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
 
     from miner.graph import GraphvizMissing, build_graph, depth, predict, select_targets, write_graph
     from miner.healthy import SkipProject
+    from miner import ecosystems
     from miner.inverters.system import targets_beneath
     from miner.inverters.targets import enumerate_targets
     from miner.prepare import prepare
@@ -834,7 +835,8 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
                 chosen = [(task.target, radius, depth(dependencies, task.target, task.f2p) or 0)]
             else:
                 tests = {f for f in map(test_file_of, healthy.outcomes) if f}
-                beneath = targets_beneath(healthy.system, project.path, tests)  # a container's system, services
+                python = ecosystems.PYTHON in ecosystems.of_project(project.path, healthy)
+                beneath = targets_beneath(healthy.system, project.path, tests, python)  # a container's system
                 targets = enumerate_targets(project, healthy, beneath)
                 chosen = select_targets(dependencies, healthy, targets, budget, seed)
             default = Path.cwd() / f"{task.id[:12] if task else source.name}.graph.{fmt}"

@@ -36,6 +36,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from miner import ecosystems
 from miner import graph as graphs
 from miner.compound import CompoundOptions, build_compounds
 from miner.disk import GB, LowDisk, check_free_space
@@ -389,7 +390,8 @@ def _mine_project(unit: Unit, prepared: Prepared, root: Path, emit: Emit, report
         f"stacking {batch.compounds} validated inversions into compound tasks" if batch.compounds else
         f"batch {batch.number}/{batch.of}")
     test_files = {f for f in map(test_file_of, state.outcomes) if f}
-    extra_targets = targets_beneath(state.system, project.path, test_files) if options.system else []
+    python = ecosystems.PYTHON in ecosystems.of_project(project.path, state)
+    extra_targets = targets_beneath(state.system, project.path, test_files, python) if options.system else []
     with clock.phase("graph"):
         graph = graphs.build_graph(project, state)
     procedural = options.inverter != "agent"

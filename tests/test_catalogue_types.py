@@ -37,6 +37,9 @@ from miner.validate import Context, healthy_manifest, validate
 CATALOGUE = load_catalogue()
 CA_OVERRIDE = "env.SSL_CERT_FILE=/sandbox/project/certs/dev-ca.pem"
 
+# Types of a Dockerized project's image (its ENV): validated on fixtures/node-service by
+# tests/test_node_service.py.
+IMAGE_CASES = {"env/image-var-unset", "env/image-var-wrong"}
 # type -> (target key, context pinned by the test or None, tests that must be among the F2P)
 LOCAL_CASES: dict[str, tuple[str, dict | None, set[str]]] = {
     "virtualenv/interpreter-link": ("setting:python", None, set()),
@@ -160,7 +163,7 @@ def test_the_catalogue_has_sixty_types_each_with_its_category_and_evidence() -> 
     assert len(CATALOGUE) >= 60
     assert {t.category for t in CATALOGUE.values()} <= set(CATEGORIES)
     added = set(CATALOGUE) - FIRST_33
-    assert added == set(LOCAL_CASES) | set(DOCKER_CASES), "every added type has its case here"
+    assert added == set(LOCAL_CASES) | set(DOCKER_CASES) | IMAGE_CASES, "every added type has its case here"
     for type_id in added:
         itype = CATALOGUE[type_id]
         assert itype.evidence, f"{type_id} declares no evidence"

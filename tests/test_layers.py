@@ -21,7 +21,8 @@ LAYERS = {
     "miner.sandbox": {"miner.models", "miner.sandbox", "miner.projectfiles"},
     "miner.store": {"miner.models"},
     "miner.catalogue": {"miner.models"},
-    "miner.graph": {"miner.models", "miner.graph", "miner.projectfiles"},
+    "miner.ecosystems": {"miner.models", "miner.ecosystems", "miner.projectfiles"},
+    "miner.graph": {"miner.models", "miner.graph", "miner.projectfiles", "miner.ecosystems"},
 }
 
 

@@ -41,6 +41,9 @@ from pathlib import Path, PurePosixPath
 
 import networkx as nx
 
+from miner import ecosystems
+from miner.ecosystems.node.code import JS_SUFFIXES, parse_js_files
+from miner.ecosystems.node.code import resolve as resolve_js
 from miner.graph.parse import MAIN_SCOPE, Scope, SourceFile, last_name, parse_files
 from miner.models import HealthyState, Project
 from miner.projectfiles import is_test_file, project_files, test_file_of
@@ -150,7 +153,8 @@ class _Builder:
         self.root = Path(project.path)
         self.healthy = healthy
         self.graph = nx.DiGraph(repo=project.repo, commit=project.commit)
-        files = project_files(self.root)
+        files = self.files = project_files(self.root)
+        self.python = ecosystems.PYTHON in ecosystems.detect(files, healthy)
         py_files = [f for f in files if f.endswith(".py")]
         self.modules_by_file = module_names(py_files)
         self.files_by_module = {m: f for f, m in self.modules_by_file.items()}
@@ -235,6 +239,9 @@ class _Builder:
         self._add_scripts()
         self._add_tests()
         self._add_probes()
+        if not self.python:
+            self._add_js()
+            self._add_trace()
         return self.graph
 
     # -- nodes
@@ -522,7 +529,7 @@ class _Builder:
         return found
 
     def _add_tests(self) -> None:
-        runner = self._runner_targets()
+        runner = self._runner_targets() if self.python else []  # pytest runs a Python project's tests
         for test_id in sorted(self.healthy.outcomes):
             if test_id.startswith("probe::"):
                 continue
@@ -625,6 +632,60 @@ class _Builder:
                     module = self.modules_by_file.get(arg.removeprefix("./"))
                     if module and f"function:{module}.{MAIN_SCOPE}" in self.graph:
                         self._edge(node, f"function:{module}.{MAIN_SCOPE}", "runs")
+
+
+    # -- JavaScript: per file, what it requires, reads from the environment, names (node.code)
+    def _add_js(self) -> None:
+        parsed = parse_js_files(self.root, self.files)
+        files = set(self.files)
+        for rel, found in sorted(parsed.items()):
+            node = self._node(f"module:{rel}", "module", rel, path=rel)
+            for specifier in sorted(found.requires):
+                if (target := resolve_js(rel, specifier, files)) is not None:
+                    kind = "module" if target.endswith(JS_SUFFIXES) else file_kind(target)
+                    self._edge(node, self._node(f"{kind}:{target}", kind, target, path=target), "imports")
+            for name in sorted(found.env_reads):
+                self._edge(node, self._node(f"envvar:{name}", "envvar", f"${name}", set=name in self.healthy.env),
+                           "reads-env")
+            for literal in sorted(found.strings):
+                for target in self._file_targets(literal, rel):
+                    if not target.endswith(JS_SUFFIXES):
+                        self._edge(node, target, "reads")
+        for test_id in self.healthy.outcomes:
+            rel = test_id.split("::", 1)[0]
+            if f"test:{test_id}" in self.graph and rel in parsed:
+                self._edge(f"test:{test_id}", f"module:{rel}", "in-file")
+
+    # -- what a traced run touched (projects outside Python: miner.sandbox.docker.trace)
+    def _add_trace(self) -> None:
+        found = (self.healthy.system or {}).get("trace") or {}
+        for entry in [*found.get("files", []), *found.get("programs", [])]:
+            probes = [f"probe:{p}" for p in entry.get("probes", []) if f"probe:{p}" in self.graph]
+            node = self._traced_node(entry)
+            for probe in probes:
+                self._edge(probe, node, "touches")
+        # the image's variables: every program the image starts (its probes) runs with them
+        probes = [n for n, data in self.graph.nodes(data=True) if data.get("kind") == "probe"]
+        for name in sorted(found.get("variables") or {}):
+            node = self._node(f"envvar:{name}", "envvar", f"${name}", set=True)
+            for probe in probes:
+                self._edge(probe, node, "reads-env")
+
+    def _traced_node(self, entry: dict) -> str:
+        """The node of a traced file or program; a library or program links to its Debian package."""
+        rel, real = entry.get("rel"), entry["real"]
+        if rel is not None:
+            kind = "module" if rel.endswith(JS_SUFFIXES) else file_kind(rel)
+            return self._node(f"{kind}:{rel}", kind, rel, path=rel)
+        if entry.get("library"):
+            soname = entry["path"].rsplit("/", 1)[-1]
+            node = self._node(f"syslib:{soname}", "syslib", soname, path=real)
+        else:
+            node = self._node(f"file:{real}", "file", real, path=real)
+        package = ((entry.get("debian") or {}).get("package") or "").split(":")[0]
+        if package:
+            self._edge(node, self._node(f"debpkg:{package}", "debpkg", package), "installed-by")
+        return node
 
 
 def build_graph(project: Project, healthy: HealthyState) -> nx.DiGraph:

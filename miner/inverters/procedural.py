@@ -487,11 +487,12 @@ EXAMPLE_WORDS = ("example", "sample", "template")
 
 def statement_files(root: Path) -> list[str]:
     """The project's files a person reads for settings: READMEs, docs, example and sample files
-    (`.env.example`, `config.sample.ini`), outside the test tree."""
+    (`.env.example`, `config.sample.ini`), Dockerfiles (an image's ENV), outside the test tree."""
     found = []
     for rel in project_files(root):
         name = PurePosixPath(rel).name.lower()
-        wanted = name.startswith("readme") or is_doc(rel) or any(word in name for word in EXAMPLE_WORDS)
+        wanted = name.startswith("readme") or is_doc(rel) or any(word in name for word in EXAMPLE_WORDS) \
+            or name == "dockerfile" or name.endswith(".dockerfile")
         if wanted and not in_test_tree(rel) and (root / rel).stat().st_size <= STATEMENT_FILE_BYTES:
             found.append(rel)
     return found

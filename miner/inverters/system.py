@@ -43,6 +43,11 @@ CORE_LIBRARIES = ("libc.so", "ld-linux", "libm.so", "libpthread", "libdl.so", "l
                   "libgcc_s", "libtinfo", "libselinux", "libpcre2", "libacl", "libattr", "libcrypt.so", "libz.so")
 
 
+# Programs the repair itself runs (a Debian package reinstall): their packages are not broken.
+RECOVERY_PROGRAMS = {"bash", "sh", "dash", "apt-get", "apt", "dpkg", "dpkg-deb", "tar", "gzip", "xz", "gpgv",
+                     "env", "timeout", "sleep", "setsid", "coreutils", "readlink", "cat", "rm"}
+
+
 def _core(soname: str, recovery: set[str] = frozenset()) -> bool:
     return soname.startswith(CORE_LIBRARIES) or soname in recovery
 
@@ -181,6 +186,61 @@ def service_targets(observation: dict[str, Any] | None, root: Path,
     return targets
 
 
-def targets_beneath(observation: dict[str, Any] | None, root: Path, test_files: Iterable[str] = ()) -> list[Target]:
-    """Every target beneath the project: the system family's and the service family's."""
+def _config_targets(observation: dict[str, Any] | None, root: Path, tests: set[str]) -> list[Target]:
+    service = (observation or {}).get("service") or {}
+    ports = {str(p) for p in service.get("ports", [])}
+    return [t for entry in service.get("config", [])
+            if may_be_target(entry["path"], tests) and (t := _config_target(entry, ports, Path(root), tests))]
+
+
+def _verifier_package(package: str) -> bool:
+    """Packages miner's own helpers in the task's image need (its verifier and probes are Python)."""
+    return package.split(":")[0].startswith(("python3", "libpython3"))
+
+
+def traced_targets(observation: dict[str, Any], root: Path, test_files: Iterable[str] = ()) -> list[Target]:
+    """Targets beneath a project known only by its traced run: the Debian-packaged shared libraries
+    it mapped and programs it ran (their packages too), the locale, time zone and CA files it
+    read, and its service's config lines; each restored from the Debian archive or reversible.
+    The image's own runtime (the program its command starts and what it links) is spared: every
+    check runs it, so breaking it leaves no check passing."""
+    found = observation.get("trace") or {}
+    archive = _can_reinstall(observation)
+    runtime = found.get("runtime") or {}
+    spared = set(observation.get("extensions", {}).get("interpreter", {}).get("libraries", [])) \
+        | set(observation.get("recovery_libraries") or []) | set(runtime.get("libraries") or [])
+    targets: list[Target] = []
+    packages: dict[str, dict[str, Any]] = {}
+    for entry in found.get("files", []):
+        soname, debian = entry["path"].rsplit("/", 1)[-1], entry.get("debian") or {}
+        if entry.get("rel") is not None or not entry.get("library") or _core(soname, spared) or not archive:
+            continue
+        if not (owner := _debian(debian.get("package"), debian.get("version"))) or _verifier_package(owner["package"]):
+            continue
+        targets.append(Target(kind="syslib", name=soname, path=entry["real"],
+                              attrs={"soname": soname, "modules": [], "probes": entry["probes"], **owner}))
+        packages.setdefault(owner["package"], {**owner, "libraries": [], "programs": []})["libraries"].append(soname)
+    for entry in found.get("programs", []):
+        debian = entry.get("debian") or {}
+        owner = _debian(debian.get("package"), debian.get("version")) if archive else None
+        if entry["real"] in (runtime.get("programs") or []):  # the interpreter every check runs
+            continue
+        if owner and entry["real"].rsplit("/", 1)[-1] not in RECOVERY_PROGRAMS and not _verifier_package(owner["package"]):
+            packages.setdefault(owner["package"], {**owner, "libraries": [], "programs": []})["programs"].append(
+                entry["real"])
+    for package, attrs in sorted(packages.items()):
+        if not any(_core(s, spared) for s in attrs["libraries"]):
+            targets.append(Target(kind="debpkg", name=package.split(":")[0], attrs={"modules": [], **attrs}))
+    read = {e["real"] for e in found.get("files", [])}
+    targets += [t for t in _system_files(observation, archive) if t.attrs["role"] != "interpreter-symlink"
+                and t.path and any(r == t.path or r.startswith(t.path.rstrip("/") + "/") for r in read)]
+    return targets + _config_targets(observation, root, set(test_files))
+
+
+def targets_beneath(observation: dict[str, Any] | None, root: Path, test_files: Iterable[str] = (),
+                    python: bool = True) -> list[Target]:
+    """Every target beneath the project: the system family's and the service family's; for a
+    project outside Python with a traced run, what that run touched (traced_targets)."""
+    if not python and observation and (observation.get("trace") or {}).get("files"):
+        return traced_targets(observation, root, test_files)
     return system_targets(observation) + service_targets(observation, root, test_files)

@@ -50,6 +50,7 @@ from typing import Any
 
 import yaml
 
+from miner import ecosystems
 from miner.graph import canonical, module_names, parse_files
 from miner.models import PROJECT_DIR, HealthyState, Project, Target
 from miner.projectfiles import in_test_tree, is_runner_config, may_be_target, project_files, test_file_of
@@ -66,6 +67,11 @@ TLS_MODULES = {"ssl", "urllib", "http", "requests", "httpx", "urllib3", "aiohttp
 HTTP_MODULES = {"urllib", "requests", "httpx", "urllib3", "aiohttp", "httplib2"}
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 ALWAYS_SETTINGS = ("python", "warnings", "locale", "timezone", "optimize")
+# Files a traced program reads that are its code or its package manifest, not its environment.
+CODE_SUFFIXES = {".py", ".pyc", ".js", ".mjs", ".cjs", ".ts", ".node", ".rb", ".pl", ".pm", ".php", ".lua", ".sh",
+                 ".go", ".java", ".class", ".jar", ".so"}
+MANIFEST_NAMES = {"package.json", "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml",
+                  "Gemfile", "Gemfile.lock", "go.mod", "go.sum", "Cargo.toml", "Cargo.lock", "composer.json"}
 
 
 # ---------------------------------------------------------------- what the code names
@@ -444,17 +450,42 @@ def envvar_targets(healthy: HealthyState, facts: CodeFacts) -> list[Target]:
         healthy.env[name])}) for name in sorted(facts.env_reads) if name in healthy.env]
 
 
+def image_variable_targets(healthy: HealthyState) -> list[Target]:
+    """Variables a Dockerized project's image sets (its ENV), as its traced run recorded them."""
+    variables = ((healthy.system or {}).get("trace") or {}).get("variables") or {}
+    return [Target(kind="envvar", name=name, attrs={"value": value, "value_kind": _value_kind(value),
+                                                     "where": "image"}) for name, value in sorted(variables.items())]
+
+
 def _allowed_extra(target: Target, tests: set[str]) -> bool:
     """A backend's target that names a project file (a service's config) obeys rule 7 too."""
     path = target.path or ""
     return not path or path.startswith("/") or may_be_target(path, tests)
 
 
+def traced_files(healthy: HealthyState) -> list[str]:
+    """Project files the traced healthy run read (never wrote), code and package manifests left out."""
+    entries = ((healthy.system or {}).get("trace") or {}).get("files") or []
+    return sorted({e["rel"] for e in entries if e.get("rel") and not e.get("write")
+                   and PurePosixPath(e["rel"]).suffix.lower() not in CODE_SUFFIXES
+                   and PurePosixPath(e["rel"]).name not in MANIFEST_NAMES})
+
+
 def enumerate_targets(project: Project, healthy: HealthyState, extra: Iterable[Target] = ()) -> list[Target]:
-    """Every target of the project worth trying, grouped by kind (each group sorted), then `extra`."""
+    """Every target of the project worth trying, grouped by kind (each group sorted), then `extra`.
+
+    A project outside the Python ecosystem (miner.ecosystems) gets the project files its traced
+    run read and `extra` (what lies beneath it, from the same trace): the venv, interpreter and
+    distributions beneath it are miner's, not its own.
+    """
     files = project_files(project.path)
-    facts = code_facts(project.path, [f for f in files if f.endswith(".py")])
     tests = test_files_of(healthy)
+    if ecosystems.PYTHON not in ecosystems.detect(files, healthy):
+        read = traced_files(healthy)
+        facts = CodeFacts(names=frozenset(PurePosixPath(rel).name for rel in read))
+        return [*file_targets(project.path, [f for f in read if f in files], healthy, facts),
+                *image_variable_targets(healthy), *(t for t in extra if _allowed_extra(t, tests))]
+    facts = code_facts(project.path, [f for f in files if f.endswith(".py")])
     packages = package_targets(healthy)
     submodules = submodule_targets(healthy)
     file_like = file_targets(project.path, files, healthy, facts)
