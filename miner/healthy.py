@@ -29,6 +29,7 @@ from miner.models import (
 )
 from miner.projectfiles import is_protected, project_files, test_file_of
 from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox, word_chunks
+from miner.ecosystems.node.runner import ManifestError
 from miner.testing import pytest_command, run_suite_then
 from miner.timing import Clock, timed
 
@@ -308,7 +309,11 @@ def measure_project(backend: Backend, env: Healthy, project: Project, spec: Buil
     container (its CMD, HEALTHCHECK, ports) and its observation of the system beneath
     (`state.system`). The local backend adds nothing."""
     extra_probes = backend.derived_probes(env)
-    state = record_healthy(backend, env, project, spec, pytest_command(project), timeout=timeout,
+    try:
+        command = pytest_command(project)
+    except ManifestError as exc:
+        raise SkipProject(str(exc)) from exc
+    state = record_healthy(backend, env, project, spec, command, timeout=timeout,
                            extra_probes=extra_probes, extra=backend.run_derived_probes if extra_probes else None,
                            parallel=parallel)
     state.system = backend.observe(env) if backend.capabilities.system else None

@@ -30,6 +30,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from miner.ecosystems.node import runner as node_runner
 from miner.models import (
     INSTRUCTION_VARIANTS,
     PROJECT_DIR,
@@ -116,6 +117,14 @@ def plain_test_command(command: str) -> str:
             continue
         kept.append(word)
     return shlex.join(kept)
+
+
+def check_command(test_command: str, check: str) -> str:
+    """The command that runs one test of the suite (pytest's node id, or node's name pattern)."""
+    plain = plain_test_command(test_command)
+    if node_runner.is_node_test_command(plain):
+        return node_runner.check_command(plain, check)
+    return f"{plain} {shlex.quote(check)}"
 
 
 def probe_command(probe: Probe) -> str:
@@ -212,10 +221,7 @@ def choose_symptom(f2p: list[str], broken: dict[str, Outcome], messages: dict[st
     if not f2p:
         raise ValueError("no failing check to describe")
     check = _choose(f2p, messages, probes)
-    if check in probes:
-        command = probe_command(probes[check])
-    else:
-        command = f"{plain_test_command(test_command)} {shlex.quote(check)}"
+    command = probe_command(probes[check]) if check in probes else check_command(test_command, check)
     return Symptom(
         command=command,
         check=check,
@@ -262,6 +268,16 @@ def area_sentence(categories: list[str]) -> str:
     return f"Hint: the cause lies in {areas[0]}."
 
 
+def _language(test_command: str) -> str:
+    return "Node.js " if node_runner.is_node_test_command(test_command) else "Python "
+
+
+def _runtime(test_command: str) -> str:
+    if node_runner.is_node_test_command(test_command):
+        return "The project runs on the system's Node.js (`node`)."
+    return f"The project uses the Python of the virtual environment in `{VENV_DIR}`."
+
+
 def render_instruction(symptom: Symptom, test_command: str, also_checked: str = "", variant: str = "symptom",
                        hint: str = "") -> str:
     """The markdown instruction for one symptom; `also_checked` names the image checks (image_checks).
@@ -273,7 +289,7 @@ def render_instruction(symptom: Symptom, test_command: str, also_checked: str = 
     parts = [
         "# Make the test suite pass again",
         "",
-        f"The Python project in `{PROJECT_DIR}` used to work: its test suite passed. Something around the "
+        f"The {_language(test_command)}project in `{PROJECT_DIR}` used to work: its test suite passed. Something around the "
         f"project has changed since, and the check below {_outcome_words(symptom.outcome)}"
         f"{also if others > 0 else ''}. Run in `{PROJECT_DIR}`:",
         "",
@@ -288,8 +304,7 @@ def render_instruction(symptom: Symptom, test_command: str, also_checked: str = 
         parts += [hint, ""]
     parts += [
         "Find the cause and repair the environment the project runs in, so that the whole suite "
-        f"(`{test_command}`, run in `{PROJECT_DIR}`) passes again. The project uses the Python of the "
-        f"virtual environment in `{VENV_DIR}`.",
+        f"(`{test_command}`, run in `{PROJECT_DIR}`) passes again. {_runtime(test_command)}",
         "",
         *([also_checked, ""] if also_checked else []),
         "Rules:",

@@ -31,6 +31,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from miner.ecosystems.node import runner as node_runner
 from miner.models import PROJECT_DIR, SolverView
 
 # The solver's shells: a login shell as terminus-2 opens it (interactive, so it reads /etc/profile
@@ -175,13 +176,14 @@ def _normal(text: str) -> str:
 
 def shows_line(run: ShellRun, line: str) -> bool:
     """Whether the run printed the line: as pytest prints it (a rewritten assertion without its
-    "AssertionError: ", a fixture's error without the report's 'failed on setup with "...'), and
-    the instruction may have shortened it with " ..."."""
+    "AssertionError: ", a fixture's error without the report's 'failed on setup with "...'), or
+    as node's TAP reporter quotes it; the instruction may have shortened it with " ..."."""
     needle = line.strip().removesuffix(" ...")
     wrapped = JUNIT_WRAPPED.match(needle)
     needle = (wrapped.group(1).removesuffix('"') if wrapped else needle).removeprefix("AssertionError: ")
     needle = _normal(needle)[:200]
-    return not needle or needle in _normal(run.output)
+    # node's TAP reporter prints an error inside a YAML string, its backslashes doubled
+    return not needle or any(n in _normal(run.output) for n in (needle, needle.replace("\\", "\\\\")))
 
 
 def passes(view: SolverView, run: ShellRun) -> bool:
@@ -190,6 +192,8 @@ def passes(view: SolverView, run: ShellRun) -> bool:
     import or a console script: stdout; an image's command: both streams as one); a service's
     answer is fetched."""
     probe = view.probe
+    if probe is None and node_runner.is_node_test_command(view.command):
+        return node_runner.run_passed(run.exit_code, run.output)
     if probe is None:
         skipped = view.outcome == "skipped" and SKIPPED.search(run.output)
         return run.exit_code == 0 and bool(PASSED.search(run.output)) and not skipped

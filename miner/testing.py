@@ -22,8 +22,11 @@ import shlex
 import time
 import uuid
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
+from miner.ecosystems.node import runner as node_runner
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, Outcome, Project, RunResult, SuiteRun, TestResult
+from miner.projectfiles import project_files
 from miner.sandbox.base import COMMAND_BUDGET, Sandbox
 
 REPORT_DIR = f"{SANDBOX_ROOT}/.miner"
@@ -42,8 +45,14 @@ THEN_BEGIN = "::miner-then-begin::"
 
 
 def pytest_command(project: Project) -> str:
-    """The project's test command: the `test=` override, else `python -m pytest`."""
-    return project.source.overrides.get("test") or DEFAULT_COMMAND
+    """The project's test command: the `test=` override; for a project without Python files
+    whose package.json runs node's test runner, that command; else `python -m pytest`."""
+    if override := project.source.overrides.get("test"):
+        return override
+    root = Path(project.path)
+    if not any(f.endswith(".py") for f in project_files(root)) and (command := node_runner.project_command(root)):
+        return command
+    return DEFAULT_COMMAND
 
 
 def suite_command(command: str, report: str, tests: list[str] | None = None, deselect: list[str] = ()) -> str:
@@ -62,7 +71,9 @@ def _script(command: str, report: str, tests: list[str] | None, deselect: list[s
     dump = (f"if [ -f {quoted} ] && miner_b64=$(gzip -c {quoted} | base64 -w0) && [ -n \"$miner_b64\" ]; then "
             f"printf '\\n%s\\n%s\\n%s\\n' {REPORT_BEGIN} \"$miner_b64\" {REPORT_END}; rm -f {quoted}; fi")
     more = f"; printf '\\n%s\\n' {THEN_BEGIN}; {then}" if then else ""
-    return (f"mkdir -p {REPORT_DIR}; {suite_command(command, report, tests, deselect)}; miner_rc=$?; "
+    run = (node_runner.suite_command if node_runner.is_node_test_command(command) else suite_command)(
+        command, report, tests, deselect)
+    return (f"mkdir -p {REPORT_DIR}; {run}; miner_rc=$?; "
             f"{dump}{more}; exit $miner_rc")
 
 
@@ -127,7 +138,8 @@ def _run_once(sandbox: Sandbox, command: str, tests: list[str] | None, timeout: 
     if data is None and not result.timed_out:  # no gzip or base64 in the sandbox: the file is still there
         data = sandbox.read(report)
         sandbox.run(f"rm -f {shlex.quote(report)}", timeout=60)
-    results = parse_junit(data) if data else {}
+    parse = node_runner.parse_report if node_runner.is_node_test_command(command) else parse_junit
+    results = parse(data) if data else {}
     if named != tests:  # a wider run than asked: keep the asked-for tests only
         results = {k: v for k, v in results.items() if k in set(tests or ())}
     if unnamed != deselect:
