@@ -100,3 +100,23 @@ def test_the_reporter_reads_a_real_node_run(tmp_path: Path) -> None:
     assert len(results) == 8 and {r.outcome for r in results.values()} == {"passed"}
     assert "test/quotes.test.js::the day follows the time zone" in results
     assert not Path(f"{report}.reporter.mjs").exists()
+
+
+def test_the_verifier_reads_the_reporter_as_miner_does() -> None:
+    """The standalone verifier's parser (it imports nothing of miner) gives the ids miner recorded."""
+    from test_export import load_verifier
+
+    verifier = load_verifier()
+    ours = {k: v.outcome for k, v in runner.parse_report(RECORDED).items()}
+    theirs = verifier.parse_node_report(RECORDED.encode(), PROJECT_DIR)
+    assert {k: v[0] for k, v in theirs.items()} == {k: ("failed" if v == "error" else v) for k, v in ours.items()}
+
+
+def test_the_export_runs_node_tests_with_nodes_options() -> None:
+    from miner.export.common import ExportError, runner_spec
+
+    assert runner_spec("node --test --test-concurrency=1 test/") == {
+        "runner": "node", "node_args": ["--test", "--test-concurrency=1"], "pytest_args": []}
+    assert runner_spec("python -m pytest -x tests") == {"runner": "pytest", "pytest_args": ["-x", "tests"]}
+    with pytest.raises(ExportError, match="not a plain pytest invocation"):
+        runner_spec("npx jest")

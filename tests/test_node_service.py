@@ -71,3 +71,31 @@ def test_an_image_variable_overridden_is_a_task(node_crawl: Path) -> None:
     targets = {json.loads((root / "wrong" / "tasks" / t.id / "task.json").read_text())["target"]["name"]
                for t in tasks}
     assert targets & {"QUOTD_CONFIG", "TZ"}
+
+
+def test_exported_node_tasks_check_out_and_resist_node_shortcuts(node_crawl: Path, tmp_path: Path) -> None:
+    """Harbor folders whose verifier runs node's test runner: untouched 0, solved 1, and the
+    shortcuts through node (a preload in NODE_OPTIONS, a wrapped node binary, NODE_PATH, Debian's
+    node modules edited) score 0. The image has apt's unreadable `partial` folder, which the
+    separate verifier's collect step must step over."""
+    from miner.attacks import attack_tasks, load_catalogue
+    from miner.check import check_tasks
+    from miner.export import ExportOptions, export_tasks
+
+    with Store(node_crawl / "store", create=False) as store:
+        tasks = store.list_tasks()
+        by_family = {t.type_id.split("/")[0]: t for t in tasks}
+        summary = export_tasks(store, list(by_family.values()), "harbor", tmp_path / "harbor",
+                               ExportOptions(cache_dir=tmp_path / "cache"))
+    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
+    folders = [tmp_path / "harbor" / o.name for o in summary.outcomes]
+    spec = json.loads((folders[0] / "tests" / "spec.json").read_text())
+    assert spec["runner"] == "node" and spec["node_args"] == ["--test"]
+    for result in check_tasks(folders, jobs=2):
+        assert result.ok, f"{result.name}: {result.reason}\n{result.oracle.output[-2000:] if result.oracle else ''}"
+    catalogue = load_catalogue([]).select(["node-options-preload", "node-binary-wrapped", "node-path-shadow",
+                                           "node-builtin-js-edited"])
+    report = attack_tasks(folders[:1], catalogue, jobs=2)[0]
+    assert report.baseline_ok and len(report.outcomes) == 4
+    assert not report.holes and all(o.applied == 0 for o in report.outcomes), \
+        [(o.attack.id, o.applied, o.reward, o.why) for o in report.outcomes]

@@ -30,10 +30,13 @@ ARCHIVE, FOLDERS, ENTRIES = "miner-state.tar", "miner-folders", "miner-entries"
 SKIP = ("/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/logs", "/tests", "/solution", "/oracle",
         "/etc/hosts", "/etc/hostname", "/etc/resolv.conf")  # the last three: files Docker mounts
 PRUNE = " -o ".join(f"-path {p}" for p in SKIP)
+# A folder the collector cannot read (root without CAP_DAC_READ_SEARCH: apt's 0700 `partial`) is
+# left out with what is in it: what the agent changed there is lost, which can only cost it a repair.
+UNREADABLE = "\\( -type d ! -readable \\) -prune"
 SNAPSHOT = (
     "set -e; A=/logs/artifacts; mkdir -p $A; "
-    f"find / -xdev \\( {PRUNE} \\) -prune -o -cnewer {MARKER} -print0 > $A/{ENTRIES}.changed; "
-    f"find / -xdev \\( {PRUNE} \\) -prune -o -type d -cnewer {MARKER} -print0 > $A/{FOLDERS}; "
+    f"find / -xdev \\( {PRUNE} \\) -prune -o {UNREADABLE} -o -cnewer {MARKER} -print0 > $A/{ENTRIES}.changed; "
+    f"find / -xdev \\( {PRUNE} \\) -prune -o {UNREADABLE} -o -type d -cnewer {MARKER} -print0 > $A/{FOLDERS}; "
     f"xargs -0 -r -I{{}} find {{}} -mindepth 1 -maxdepth 1 -print0 < $A/{FOLDERS} > $A/{ENTRIES}; "
     f"tar --null --no-recursion -T $A/{ENTRIES}.changed -cf $A/{ARCHIVE}"
 )

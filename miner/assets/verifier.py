@@ -104,7 +104,8 @@ SENSITIVE_ENV = (
     "PYTHONPLATLIBDIR", "PYTHONOPTIMIZE", "PYTHONDEBUG", "PYTHONWARNINGS", "PYTHONBREAKPOINT",
     "LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH", "PATH",
 )
-HELD_PREFIXES = ("PYTHON", "PYTEST_", "LD_")  # every variable of these families is held too
+HELD_PREFIXES = ("PYTHON", "PYTEST_", "LD_", "NODE_")  # every variable of these families is held too
+NODE_REPORTER = "node_reporter.mjs"  # miner's reporter for node's test runner (spec "runner": "node")
 NEVER_PASSED = ("BASH_ENV", "ENV")  # a shell the tests start reads no startup file
 # The startup files besides the environment file (spec "env_file"): they may hold only healthy lines.
 STARTUP_FILES = ("/sandbox/home/.profile", "/sandbox/home/.bash_profile", "/sandbox/home/.bash_login",
@@ -321,6 +322,7 @@ def warm_up() -> None:
     undumpable()
     parse_junit(b'<testsuite><testcase classname="a.b" name="c" file="a/b.py"><failure/></testcase></testsuite>')
     json.loads(json.dumps({"a": [1, "b", None]}))
+    parse_node_report(b'{"file": "/p/t.js", "names": ["x"], "passed": true}', "/p")
     hashlib.sha256(b"").hexdigest()
     configparser.ConfigParser(interpolation=None, delimiters=("=",)).read_string("[pytest11]\na = b\n")
     folder = tempfile.mkdtemp(prefix="miner-warm-")
@@ -681,6 +683,8 @@ class Verifier:
         """(junit outcomes per node id, the guard's report) of one pytest run over `tests`."""
         if not tests:
             return {}, {"outcomes": {}, "violations": []}
+        if self.spec.get("runner") == "node":
+            return self.run_node_tests(tests)
         junit = os.path.join(self.work, "junit.xml")
         guard = os.path.join(self.work, "guard.json")
         allowed = os.path.join(self.work, "allowed.json")
@@ -717,6 +721,34 @@ class Verifier:
         for violation in report.get("violations", []):
             self.problem(f"pytest guard: {violation}")
         return outcomes, report
+
+    def run_node_tests(self, tests: list[str]) -> tuple[dict[str, list[str]], dict]:
+        """node's test runner over the files of `tests`, its results written by miner's reporter
+        (copied from this folder into the fresh work folder) as JSON lines: (outcomes per test id,
+        the same as the guard's report: node runs no plugin of the project's to guard)."""
+        node = shutil.which("node", path=self.env.get("PATH", ""))
+        if node is None:
+            self.problem("node is not on the healthy PATH")
+            return {}, {"outcomes": {}, "violations": []}
+        reporter, report = os.path.join(self.work, NODE_REPORTER), os.path.join(self.work, "node.jsonl")
+        shutil.copyfile(os.path.join(HERE, NODE_REPORTER), reporter)
+        files = sorted({t.split("::", 1)[0] for t in tests})
+        argv = [node, *self.spec.get("node_args", []), f"--test-reporter={reporter}",
+                f"--test-reporter-destination={report}", *files]
+        print(f"verifier: running {len(tests)} tests (node's test runner, {len(files)} files)", flush=True)
+        try:
+            done = subprocess.run(self.dropped(argv), cwd=self.project, env=self.env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=self.spec["timeout"])
+            print(done.stdout.decode("utf-8", "replace")[-6000:], flush=True)
+        except subprocess.TimeoutExpired:
+            self.problem(f"the tests did not finish within {self.spec['timeout']}s")
+        try:
+            with open(report, "rb") as handle:
+                outcomes = parse_node_report(handle.read(), self.project)
+        except OSError as exc:
+            self.problem(f"node's test runner wrote no report ({exc})")
+            outcomes = {}
+        return outcomes, {"outcomes": {k: v[0] for k, v in outcomes.items()}, "violations": []}
 
     def run_probes(self, probes: list[dict]) -> dict[str, dict]:
         if not probes:
@@ -897,6 +929,28 @@ def _ancestors(path: str) -> list[str]:
         if parent == current:
             return out
         current = parent
+
+
+# -- node's test runner (the same id rules as miner.ecosystems.node.runner) ----------------------------
+
+
+def parse_node_report(data: bytes, project: str) -> dict[str, list[str]]:
+    """Outcomes per test id (file::suite::test) from node_reporter.mjs's JSON lines; suites left out."""
+    outcomes: dict[str, list[str]] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or event.get("kind") == "suite" or not event.get("names"):
+            continue
+        file = event.get("file") or "<no file>"
+        rel = os.path.relpath(file, project) if file.startswith(project.rstrip("/") + "/") else file.lstrip("/")
+        names = [n for n in event["names"] if n != event.get("file")]
+        outcome = ("skipped" if event.get("skip") or event.get("todo") else
+                   "passed" if event.get("passed") else "failed")
+        outcomes.setdefault("::".join([rel, *names]), []).append(outcome)
+    return outcomes
 
 
 # -- junit XML (the same node-id rules as miner.testing) ---------------------------------------------

@@ -39,8 +39,10 @@ VARIANCE_DIST_INFO = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
 # Never system roots: the kernel's, the harness's and scratch folders.
 NOT_SYSTEM = ("/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/logs", "/tests", "/solution", "/oracle")
 LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
-# Files the system family breaks (kept when present): locale and time-zone data, the CA bundle.
-SYSTEM_EXTRAS = ("/usr/lib/locale", "/usr/share/zoneinfo", "/etc/ssl/certs/ca-certificates.crt")
+# Files the system family breaks (kept when present): locale and time-zone data, the CA bundle;
+# and the JavaScript Debian's node loads beside its binary (its test runner's tests run on it).
+SYSTEM_EXTRAS = ("/usr/lib/locale", "/usr/share/zoneinfo", "/etc/ssl/certs/ca-certificates.crt",
+                 "/usr/share/nodejs", "/usr/lib/nodejs", "/usr/local/lib/node_modules")
 EMPTY = "empty"
 ABSENT = "absent"
 

@@ -44,6 +44,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from miner import __version__
+from miner.ecosystems.node import runner as node_runner
 from miner.evidence import NETWORK_EVIDENCE
 from miner.export.archive import walk
 from miner.export.dockerized import (
@@ -326,6 +327,8 @@ def environment_files(ts: TaskSource, pip: PipForwarding, tarball: bytes) -> dic
 
 
 def asset(name: str) -> bytes:
+    if name == NODE_REPORTER:
+        return node_runner.reporter_source()
     return resources.files("miner").joinpath("assets", name).read_bytes()
 
 
@@ -333,7 +336,8 @@ def asset(name: str) -> bytes:
 
 VERIFIER_ASSETS = ("verifier.py", "verifier_system.py")
 # Every file of miner's own that tests/ carries (miner check refuses a folder where one differs).
-VERIFIER_FILES = (*VERIFIER_ASSETS, "verifier_pytest.py", "probe.py", "restore.py")
+NODE_REPORTER = "node_reporter.mjs"  # miner.ecosystems.node's reporter, for a task whose tests node runs
+VERIFIER_FILES = (*VERIFIER_ASSETS, "verifier_pytest.py", "probe.py", "restore.py", NODE_REPORTER)
 TESTS_DIGEST_KEY = "tests_sha256sums"  # task.toml [metadata]: sha256 of tests/SHA256SUMS
 COLLECTOR_DIR = "/tmp/miner-verifier"
 # The collector runs the verifier as the boot tool will (isolated, no site, no bytecode, UTF-8 mode),
@@ -462,11 +466,13 @@ def healthy_outcomes(client, image: str, test_command: str) -> dict[str, str]:
     Python, a library of the base image), and a P2P test that fails here judges nothing."""
     from miner.testing import parse_junit, suite_command
 
-    report = "/tmp/miner-healthy.xml"
-    script = f"cd {PROJECT_DIR}; {suite_command(test_command, report)} >/dev/null 2>&1; cat {report}"
+    node = node_runner.is_node_test_command(test_command)
+    report = "/tmp/miner-healthy.jsonl" if node else "/tmp/miner-healthy.xml"
+    command = (node_runner.suite_command if node else suite_command)(test_command, report)
+    script = f"cd {PROJECT_DIR}; {command} >/dev/null 2>&1; cat {report}"
     code, out, err = gateway.run_once(client, image, ["bash", "-c", script], timeout=HEALTHY_SUITE_TIMEOUT,
                                       network_disabled=True, labels=images.labels("fork", purpose="export-suite"))
-    results = parse_junit(out) if code == 0 else {}
+    results = (node_runner.parse_report if node else parse_junit)(out) if code == 0 else {}
     if not results:
         raise ExportError(f"the healthy image's test suite gave no report: {(err or out).strip()[-400:]}")
     return {test: result.outcome for test, result in results.items()}
@@ -486,6 +492,15 @@ def judged_in_image(ts: TaskSource, manifest: dict) -> TaskSource:
         raise ExportError(f"none of its P2P tests pass in the healthy image: {', '.join(failing[:3])}")
     task = ts.task.model_copy(update={"p2p": p2p})
     return replace(ts, task=task, dropped=sorted(failing))
+
+
+def runner_spec(test_command: str) -> dict:
+    """How the verifier runs a task's tests: pytest with its arguments, or node's test runner with
+    its options (ExportError for any other command)."""
+    if node_runner.is_node_test_command(test_command):
+        words = shlex.split(test_command)
+        return {"runner": "node", "node_args": [w for w in words[1:] if w.startswith("-")], "pytest_args": []}
+    return {"runner": "pytest", "pytest_args": pytest_args(test_command)}
 
 
 def pytest_args(test_command: str) -> list[str]:
@@ -558,7 +573,7 @@ def verifier_spec(ts: TaskSource, originals: dict[str, Path]) -> dict:
         "protected": dict(sorted(task.protected.items())),
         "originals": {rel: {"sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "mode": p.stat().st_mode & 0o777}
                       for rel, p in originals.items()},
-        "pytest_args": pytest_args(task.test_command),
+        **runner_spec(task.test_command),
         "timeout": test_timeout(task),
         "target_envvar": task.target.name if task.target.kind == "envvar" else None,
         # interpreter and runner variables the break itself sets: the verifier holds every other one

@@ -50,7 +50,7 @@ from miner.export.common import (
     judged_in_image,
     instruction,
     network_route,
-    pytest_args,
+    runner_spec,
     solve_script,
     solver_view_file,
     test_script,
@@ -149,7 +149,7 @@ def verifier_table(task, options: ExportOptions) -> dict:  # noqa: ANN001 - a Ta
 def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
                manifests: ManifestCache) -> dict[str, bytes]:
     """Every file of the task folder, by folder-relative path."""
-    pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
+    runner_spec(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     separate = options.verifier_mode == "separate"
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context, ts.task.test_command)

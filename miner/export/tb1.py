@@ -34,7 +34,7 @@ from miner.export.common import (
     judged_in_image,
     instruction,
     network_route,
-    pytest_args,
+    runner_spec,
     solve_script,
     test_script,
     verifier_files,
@@ -112,7 +112,7 @@ def run_tests(ts: TaskSource, manifest: dict) -> str:
 def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
                manifests: ManifestCache) -> dict[str, bytes]:
     """Every file of the TB1 task folder, by folder-relative path."""
-    pytest_args(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
+    runner_spec(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     # measured on the image the task runs in: the harness's tools (tmux) change the loader's cache
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip, tools_stage=TOOLS_STAGE), context,
