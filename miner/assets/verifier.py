@@ -701,12 +701,7 @@ class Verifier:
         argv = [self.manifest["python"]["path"], guard_script, guard, allowed, "--",
                 *self.spec["pytest_args"], f"--junitxml={junit}", *REPORT_FLAGS, *tests]
         print(f"verifier: running {len(tests)} tests", flush=True)
-        try:
-            done = subprocess.run(self.dropped(argv), cwd=self.project, env=self.env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=self.spec["timeout"])
-            print(done.stdout.decode("utf-8", "replace")[-6000:], flush=True)
-        except subprocess.TimeoutExpired:
-            self.problem(f"the tests did not finish within {self.spec['timeout']}s")
+        self.run_suite(argv)
         try:
             with open(junit, "rb") as handle:
                 outcomes = parse_junit(handle.read())
@@ -722,6 +717,16 @@ class Verifier:
             self.problem(f"pytest guard: {violation}")
         return outcomes, report
 
+    def run_suite(self, argv: list[str]) -> None:
+        """Run the test runner without capabilities, in the project, with the environment read
+        (never sourced), its output's end printed; past the spec's timeout it is a problem."""
+        try:
+            done = subprocess.run(self.dropped(argv), cwd=self.project, env=self.env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=self.spec["timeout"])
+            print(done.stdout.decode("utf-8", "replace")[-6000:], flush=True)
+        except subprocess.TimeoutExpired:
+            self.problem(f"the tests did not finish within {self.spec['timeout']}s")
+
     def run_node_tests(self, tests: list[str]) -> tuple[dict[str, list[str]], dict]:
         """node's test runner over the files of `tests`, its results written by miner's reporter
         (copied from this folder into the fresh work folder) as JSON lines: (outcomes per test id,
@@ -736,12 +741,7 @@ class Verifier:
         argv = [node, *self.spec.get("node_args", []), f"--test-reporter={reporter}",
                 f"--test-reporter-destination={report}", *files]
         print(f"verifier: running {len(tests)} tests (node's test runner, {len(files)} files)", flush=True)
-        try:
-            done = subprocess.run(self.dropped(argv), cwd=self.project, env=self.env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=self.spec["timeout"])
-            print(done.stdout.decode("utf-8", "replace")[-6000:], flush=True)
-        except subprocess.TimeoutExpired:
-            self.problem(f"the tests did not finish within {self.spec['timeout']}s")
+        self.run_suite(argv)
         try:
             with open(report, "rb") as handle:
                 outcomes = parse_node_report(handle.read(), self.project)
