@@ -128,3 +128,14 @@ def test_javascript_requires_env_reads_and_file_names_reach_the_graph() -> None:
     assert {"module:server.js", "module:lib/config.js", "envvar:QUOTD_CONFIG", "envvar:TZ"} <= reach
     assert "distribution:pytest" not in reach  # node's runner, not pytest, runs these tests
     assert "data:data/quotes.tsv" in nx.descendants(graph, "test:test/quotes.test.js::the shipped quotes file parses")
+
+
+def test_an_image_variable_gets_the_image_types_not_the_startup_file_ones() -> None:
+    from miner.catalogue import load_catalogue
+    from miner.inverters.procedural import matches
+
+    catalogue = load_catalogue()
+    image = image_variable_targets(_healthy({}, _observation()))[0]
+    assert matches(catalogue["env/image-var-unset"].preconditions, image)
+    assert not matches(catalogue["env/unset-var"].preconditions, image)  # its break greps the startup file
+    assert not matches(catalogue["env/wrong-var"].preconditions, image)

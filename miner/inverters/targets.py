@@ -445,9 +445,9 @@ def _value_kind(value: str) -> str:
 
 
 def envvar_targets(healthy: HealthyState, facts: CodeFacts) -> list[Target]:
-    """Variables the code reads that the healthy environment sets."""
+    """Variables the code reads that the healthy environment (the shell's startup file) sets."""
     return [Target(kind="envvar", name=name, attrs={"value": healthy.env[name], "value_kind": _value_kind(
-        healthy.env[name])}) for name in sorted(facts.env_reads) if name in healthy.env]
+        healthy.env[name]), "where": "env-file"}) for name in sorted(facts.env_reads) if name in healthy.env]
 
 
 def image_variable_targets(healthy: HealthyState) -> list[Target]:
