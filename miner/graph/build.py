@@ -22,6 +22,9 @@ Edges mean "depends on" (dependent -> dependency). Nodes:
   config:<path> data:<path> a project file the code reads (path relative to the project)
   envvar:<NAME>             an environment variable the code reads
   syslib:<soname> debpkg:<name>  (containers) a shared library and the Debian package holding it
+  module:<path> file:<path>  (projects outside Python) a JavaScript file of the project, and a
+                            system file its traced run read (miner.sandbox.docker.trace); the
+                            image's variables hang off every probe
 
 Every node has `kind` and `label`; test and probe nodes carry `test_id`, the id used in
 HealthyState.outcomes; edges carry `rel` (imports, calls, reads, reads-env, runs, requires,
