@@ -35,6 +35,7 @@ from miner.sandbox.docker.gateway import read_file, remove_image, tar_files
 ATTACK_DIR = "/tmp/miner-attack"
 ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 REACHES = ("verifier", "harness")
+RUNNERS = ("pytest", "node")  # what a task's verifier runs its tests with (its spec's "runner")
 SCRIPT_TIMEOUT = 300
 
 
@@ -49,6 +50,10 @@ class Attack:
     description: str
     script: str
     reach: str = "verifier"  # "harness": through a program the harness itself runs (out of any verifier's reach)
+    runner: str | None = None  # only against tasks whose tests this runner runs (spec "runner": pytest, node)
+
+    def fits(self, runner: str) -> bool:
+        return self.runner is None or self.runner == runner
 
 
 @dataclass
@@ -87,7 +92,10 @@ def _entries(data: object, source: str) -> tuple[list[Attack], dict[str, dict[st
         reach = entry.get("reach", "verifier")
         if reach not in REACHES:
             raise CatalogueError(f"{where}: reach must be one of {', '.join(REACHES)}, not {reach!r}")
-        attacks.append(Attack(entry["id"], entry["class"], entry["description"], entry["script"], reach))
+        runner = entry.get("runner")
+        if runner not in (None, *RUNNERS):
+            raise CatalogueError(f"{where}: runner must be one of {', '.join(RUNNERS)}, not {runner!r}")
+        attacks.append(Attack(entry["id"], entry["class"], entry["description"], entry["script"], reach, runner))
     return attacks, payloads
 
 
@@ -216,6 +224,14 @@ def task_variables(task_dir: Path) -> dict[str, str]:
             "ATTACK_MODULE": module or "", "ATTACK_ENV_FILE": spec["env_file"], "ATTACK_PROJECT": spec["project_dir"]}
 
 
+def task_runner(task_dir: Path) -> str:
+    """The runner a task's verifier runs its tests with (tests/spec.json; pytest when unnamed)."""
+    try:
+        return json.loads((task_dir / "tests" / "spec.json").read_text()).get("runner") or "pytest"
+    except (OSError, ValueError):
+        return "pytest"
+
+
 def agent_command(variables: dict[str, str]) -> list[str]:
     """bash running the script as the agent would: the environment file sourced, in the project folder."""
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(variables.items()))
@@ -278,9 +294,10 @@ class Attacker:
         try:
             report.nop = self.checker.scenario(image, task_dir, config, with_solution=False)
             report.oracle = self.checker.scenario(image, task_dir, config, with_solution=True)
+            runner = task_runner(task_dir)
             with ThreadPoolExecutor(max_workers=self.jobs) as pool:
                 futures = [pool.submit(self.attack, image, task_dir, config, a, variables)
-                           for a in self.catalogue.attacks]
+                           for a in self.catalogue.attacks if a.fits(runner)]
                 for future in futures:
                     outcome = future.result()
                     report.outcomes.append(outcome)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from miner.attacks import CatalogueError, TaskReport, attack_tasks, load_catalogue, report_json
+from miner.attacks import CatalogueError, TaskReport, attack_tasks, load_catalogue, report_json, task_runner
 from miner.cli import main
 
 # Every way through the verifier the issue names: the project and its tests, pytest and the venv,
@@ -73,6 +73,7 @@ def test_only_and_extra_files(tmp_path: Path) -> None:
     ("attacks:\n  - id: x\n", "lacks class, description, script"),
     ("attacks:\n  - {id: Bad_Id, class: c, description: d, script: s}\n", "must be lowercase"),
     ("attacks:\n  - {id: a, class: c, description: d, script: s, reach: moon}\n", "reach must be one of"),
+    ("attacks:\n  - {id: a, class: c, description: d, script: s, runner: cargo}\n", "runner must be one of"),
     ("payloads: {x: {perl: y}}\nattacks: []\n", "exactly one of 'text' or 'c'"),
 ])
 def test_a_bad_catalogue_file_is_a_one_line_error(tmp_path: Path, text: str, why: str) -> None:
@@ -94,7 +95,8 @@ def assert_refused_everywhere(reports: list[TaskReport]) -> None:
                   if o.applied != 0 and o.attack.id not in MAY_NOT_APPLY
                   and not (o.applied == NOT_THIS_TASK and o.attack.klass == "satisfied")]
         assert not failed, f"{report.name}: shortcuts that did not apply (a 0 would prove nothing): {failed}"
-        assert {o.attack.id for o in report.outcomes} == {a.id for a in load_catalogue([]).attacks}
+        runner = task_runner(Path(report.path))
+        assert {o.attack.id for o in report.outcomes} == {a.id for a in load_catalogue([]).attacks if a.fits(runner)}
 
 
 @pytest.mark.docker
