@@ -81,7 +81,9 @@ def test_catalogue_has_enough_types_and_families():
     assert {"deps", "config", "data", "fs", "env"} <= families
     for type_id, itype in catalogue.items():
         assert type_id == itype.id == f"{itype.family}/{type_id.split('/', 1)[1]}"
-        if itype.family in LOCAL_FAMILIES:
+        if itype.preconditions.get("where") == "image":  # a Dockerized project's image variables
+            assert itype.backends == ["docker"], itype.id
+        elif itype.family in LOCAL_FAMILIES:
             assert set(itype.backends) == {"local", "docker"}
         elif itype.family in CONTAINER_FAMILIES:
             assert itype.backends == ["docker"]
