@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable
 
+from miner.ecosystems.node.runner import ManifestError
 from miner.models import (
     PROJECT_DIR,
     Distribution,
@@ -29,7 +30,6 @@ from miner.models import (
 )
 from miner.projectfiles import is_protected, project_files, test_file_of
 from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox, word_chunks
-from miner.ecosystems.node.runner import ManifestError
 from miner.testing import pytest_command, run_suite_then
 from miner.timing import Clock, timed
 

@@ -2,8 +2,9 @@
 
     detect(files, healthy)  # frozenset({"python"}), frozenset({"node"}), frozenset() ...
 
-"python": the project has Python files, or its healthy run has pytest's tests (ids of .py files). "node": it has a package.json. A Dockerized project in neither (a
-program in any other language) is known only through what its running program touches (its
+"python": the project has Python files, or its healthy run has pytest's tests (ids of .py
+files). "node": it has a package.json. A Dockerized project in neither (a program in any other
+language) is known only through what its running program touches (its
 healthy run traced: miner.sandbox.docker.trace); so is one outside Python: the Python
 environment miner lays out beneath every project (its venv, pytest) is miner's, not the
 project's, and the Python families (deps, virtualenv, the interpreter's settings) do not apply.

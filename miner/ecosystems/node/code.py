@@ -16,7 +16,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import tree_sitter_javascript
 from tree_sitter import Language, Node, Parser, Query, QueryCursor
@@ -95,7 +95,3 @@ def resolve(importer: str, specifier: str, files: set[str]) -> str | None:
             return candidate
     return None
 
-
-def names_of(strings: Iterable[str]) -> set[str]:
-    """The last path component of each string (what may name a project file)."""
-    return {PurePosixPath(s).name for s in strings if s and len(s) < 300 and "\n" not in s}

@@ -40,17 +40,21 @@ def reporter_source() -> bytes:
     return resources.files("miner.ecosystems.node").joinpath("reporter.mjs").read_bytes()
 
 
+def _split(command: str) -> tuple[str, list[str], list[str]]:
+    """(the node program, its options, its file and folder arguments) of a node --test command."""
+    words = shlex.split(command)
+    return words[0], [w for w in words[1:] if w.startswith("-")], [w for w in words[1:] if not w.startswith("-")]
+
+
 def suite_command(command: str, report: str, tests: list[str] | None = None, deselect: list[str] = ()) -> str:
     """The shell command running `command` (a node --test command) with miner's reporter writing
     `report`, over the files of `tests` when given (a deselected test is dropped when parsed)."""
-    words = shlex.split(command)
+    node, options, files = _split(command)
     reporter = f"{report}.reporter.mjs"
-    options = [w for w in words[1:] if w.startswith("-")]
-    files = [w for w in words[1:] if not w.startswith("-")]
     if tests:
         files = sorted({t.split(ID_SEPARATOR, 1)[0] for t in tests})
     write = f"echo {base64.b64encode(reporter_source()).decode()} | base64 -d > {shlex.quote(reporter)}"
-    run = shlex.join([words[0], *options, f"--test-reporter={reporter}",
+    run = shlex.join([node, *options, f"--test-reporter={reporter}",
                       f"--test-reporter-destination={report}", *files])
     return f"{write} && {run}; miner_node_rc=$?; rm -f {shlex.quote(reporter)}; (exit $miner_node_rc)"
 
@@ -59,10 +63,7 @@ def _relative(file: str | None) -> str:
     if not file:
         return "<no file>"
     path = PurePosixPath(file)
-    for root in (PurePosixPath(PROJECT_DIR), ):
-        if path.is_relative_to(root):
-            return str(path.relative_to(root))
-    return file.lstrip("/")
+    return str(path.relative_to(PROJECT_DIR)) if path.is_relative_to(PROJECT_DIR) else file.lstrip("/")
 
 
 def _outcome(event: dict) -> str:
@@ -115,13 +116,12 @@ def project_command(root: Path) -> str | None:
 
 def check_command(command: str, test_id: str) -> str:
     """The command a person runs to see one test: its file, its name as node's name pattern."""
-    words = shlex.split(command)
+    node, options, _ = _split(command)
     file, _, rest = test_id.partition(ID_SEPARATOR)
-    options = [w for w in words[1:] if w.startswith("-")]
     name = rest.rsplit(ID_SEPARATOR, 1)[-1] if rest else ""
     escaped = JS_SPECIAL.sub(lambda m: "\\" + m.group(0), name)
     pattern = [f"--test-name-pattern=^{escaped}$"] if name else []
-    return shlex.join([words[0], *options, *pattern, file])
+    return shlex.join([node, *options, *pattern, file])
 
 
 # node's closing counts, as its TAP reporter ("# pass 1") and its spec reporter ("ℹ pass 1") print them
