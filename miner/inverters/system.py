@@ -198,6 +198,11 @@ def _verifier_package(package: str) -> bool:
     return package.split(":")[0].startswith(("python3", "libpython3"))
 
 
+def _package(packages: dict[str, dict[str, Any]], owner: dict[str, Any]) -> dict[str, Any]:
+    """The entry of a Debian package among the traced ones: its libraries and programs."""
+    return packages.setdefault(owner["package"], {**owner, "libraries": [], "programs": []})
+
+
 def traced_targets(observation: dict[str, Any], root: Path, test_files: Iterable[str] = ()) -> list[Target]:
     """Targets beneath a project known only by its traced run: the Debian-packaged shared libraries
     it mapped and programs it ran (their packages too), the locale, time zone and CA files it
@@ -219,15 +224,14 @@ def traced_targets(observation: dict[str, Any], root: Path, test_files: Iterable
             continue
         targets.append(Target(kind="syslib", name=soname, path=entry["real"],
                               attrs={"soname": soname, "modules": [], "probes": entry["probes"], **owner}))
-        packages.setdefault(owner["package"], {**owner, "libraries": [], "programs": []})["libraries"].append(soname)
+        _package(packages, owner)["libraries"].append(soname)
     for entry in found.get("programs", []):
-        debian = entry.get("debian") or {}
-        owner = _debian(debian.get("package"), debian.get("version")) if archive else None
         if entry["real"] in (runtime.get("programs") or []):  # the interpreter every check runs
             continue
+        debian = entry.get("debian") or {}
+        owner = _debian(debian.get("package"), debian.get("version")) if archive else None
         if owner and entry["real"].rsplit("/", 1)[-1] not in RECOVERY_PROGRAMS and not _verifier_package(owner["package"]):
-            packages.setdefault(owner["package"], {**owner, "libraries": [], "programs": []})["programs"].append(
-                entry["real"])
+            _package(packages, owner)["programs"].append(entry["real"])
     for package, attrs in sorted(packages.items()):
         if not any(_core(s, spared) for s in attrs["libraries"]):
             targets.append(Target(kind="debpkg", name=package.split(":")[0], attrs={"modules": [], **attrs}))
