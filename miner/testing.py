@@ -22,6 +22,7 @@ import shlex
 import time
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 from miner.ecosystems.node import runner as node_runner
@@ -65,14 +66,21 @@ def suite_command(command: str, report: str, tests: list[str] | None = None, des
     return " ".join(parts)
 
 
+def runner_of(command: str) -> tuple[Callable[..., str], Callable[[bytes | str], dict[str, TestResult]]]:
+    """(how to run the suite writing a report, how to read that report) for a test command: node's
+    test runner and its reporter's JSON lines, or pytest and its junit XML."""
+    if node_runner.is_node_test_command(command):
+        return node_runner.suite_command, node_runner.parse_report
+    return suite_command, parse_junit
+
+
 def _script(command: str, report: str, tests: list[str] | None, deselect: list[str], then: str) -> str:
     """The suite, its report printed between markers (and removed), then `then`; exit as the suite."""
     quoted = shlex.quote(report)
     dump = (f"if [ -f {quoted} ] && miner_b64=$(gzip -c {quoted} | base64 -w0) && [ -n \"$miner_b64\" ]; then "
             f"printf '\\n%s\\n%s\\n%s\\n' {REPORT_BEGIN} \"$miner_b64\" {REPORT_END}; rm -f {quoted}; fi")
     more = f"; printf '\\n%s\\n' {THEN_BEGIN}; {then}" if then else ""
-    run = (node_runner.suite_command if node_runner.is_node_test_command(command) else suite_command)(
-        command, report, tests, deselect)
+    run = runner_of(command)[0](command, report, tests, deselect)
     return (f"mkdir -p {REPORT_DIR}; {run}; miner_rc=$?; "
             f"{dump}{more}; exit $miner_rc")
 
@@ -138,8 +146,7 @@ def _run_once(sandbox: Sandbox, command: str, tests: list[str] | None, timeout: 
     if data is None and not result.timed_out:  # no gzip or base64 in the sandbox: the file is still there
         data = sandbox.read(report)
         sandbox.run(f"rm -f {shlex.quote(report)}", timeout=60)
-    parse = node_runner.parse_report if node_runner.is_node_test_command(command) else parse_junit
-    results = parse(data) if data else {}
+    results = runner_of(command)[1](data) if data else {}
     if named != tests:  # a wider run than asked: keep the asked-for tests only
         results = {k: v for k, v in results.items() if k in set(tests or ())}
     if unnamed != deselect:

@@ -464,15 +464,14 @@ def healthy_outcomes(client, image: str, test_command: str) -> dict[str, str]:
     """The suite's outcome per test in a fresh, network-less container of the healthy image: the
     image's interpreter and system are not the sandbox's the task was mined in (a patch release of
     Python, a library of the base image), and a P2P test that fails here judges nothing."""
-    from miner.testing import parse_junit, suite_command
+    from miner.testing import runner_of
 
-    node = node_runner.is_node_test_command(test_command)
-    report = "/tmp/miner-healthy.jsonl" if node else "/tmp/miner-healthy.xml"
-    command = (node_runner.suite_command if node else suite_command)(test_command, report)
-    script = f"cd {PROJECT_DIR}; {command} >/dev/null 2>&1; cat {report}"
+    run_suite, parse = runner_of(test_command)
+    report = "/tmp/miner-healthy.report"
+    script = f"cd {PROJECT_DIR}; {run_suite(test_command, report)} >/dev/null 2>&1; cat {report}"
     code, out, err = gateway.run_once(client, image, ["bash", "-c", script], timeout=HEALTHY_SUITE_TIMEOUT,
                                       network_disabled=True, labels=images.labels("fork", purpose="export-suite"))
-    results = (node_runner.parse_report if node else parse_junit)(out) if code == 0 else {}
+    results = parse(out) if code == 0 else {}
     if not results:
         raise ExportError(f"the healthy image's test suite gave no report: {(err or out).strip()[-400:]}")
     return {test: result.outcome for test, result in results.items()}
@@ -498,8 +497,7 @@ def runner_spec(test_command: str) -> dict:
     """How the verifier runs a task's tests: pytest with its arguments, or node's test runner with
     its options (ExportError for any other command)."""
     if node_runner.is_node_test_command(test_command):
-        words = shlex.split(test_command)
-        return {"runner": "node", "node_args": [w for w in words[1:] if w.startswith("-")], "pytest_args": []}
+        return {"runner": "node", "node_args": node_runner.split_command(test_command)[1], "pytest_args": []}
     return {"runner": "pytest", "pytest_args": pytest_args(test_command)}
 
 

@@ -40,7 +40,7 @@ def reporter_source() -> bytes:
     return resources.files("miner.ecosystems.node").joinpath("reporter.mjs").read_bytes()
 
 
-def _split(command: str) -> tuple[str, list[str], list[str]]:
+def split_command(command: str) -> tuple[str, list[str], list[str]]:
     """(the node program, its options, its file and folder arguments) of a node --test command."""
     words = shlex.split(command)
     return words[0], [w for w in words[1:] if w.startswith("-")], [w for w in words[1:] if not w.startswith("-")]
@@ -49,7 +49,7 @@ def _split(command: str) -> tuple[str, list[str], list[str]]:
 def suite_command(command: str, report: str, tests: list[str] | None = None, deselect: list[str] = ()) -> str:
     """The shell command running `command` (a node --test command) with miner's reporter writing
     `report`, over the files of `tests` when given (a deselected test is dropped when parsed)."""
-    node, options, files = _split(command)
+    node, options, files = split_command(command)
     reporter = f"{report}.reporter.mjs"
     if tests:
         files = sorted({t.split(ID_SEPARATOR, 1)[0] for t in tests})
@@ -116,7 +116,7 @@ def project_command(root: Path) -> str | None:
 
 def check_command(command: str, test_id: str) -> str:
     """The command a person runs to see one test: its file, its name as node's name pattern."""
-    node, options, _ = _split(command)
+    node, options, _ = split_command(command)
     file, _, rest = test_id.partition(ID_SEPARATOR)
     name = rest.rsplit(ID_SEPARATOR, 1)[-1] if rest else ""
     escaped = JS_SPECIAL.sub(lambda m: "\\" + m.group(0), name)
