@@ -11,7 +11,7 @@ added as one more `@main.command()` function.
     miner inversions [--family F] [--category C] [--json]
     miner inversions learn TASK_ID --model NAME [--out DIR]
     miner crawl [--inverter procedural|agent|both --model NAME ...]
-    miner discover --pypi NAMES_FILE | --github QUERY [--out FILE] [--limit N] [--json]
+    miner discover --pypi NAMES_FILE | --npm NAMES_FILE | --github QUERY [--out FILE] [--limit N] [--json]
     miner [--store DIR] gc [--dry-run] [--cache-limit-gb N] [--json]
     miner [--store DIR] graph SOURCE_OR_TASK [--format json|dot|svg] [-o FILE] [--budget N]
 
@@ -695,6 +695,8 @@ def _compound_table(console: Any, k: int, rows: list[dict[str, Any]]) -> None:
 @click.option("--pypi", "names", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A file of PyPI names, one a line (NAME, or a requirement like NAME==1.2 or NAME<3).")
 @click.option("--github", "query", default=None, help="A GitHub repository search query (passed to the search API).")
+@click.option("--npm", "npm_names", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A file of npm package names, one a line (NAME, or NAME@RANGE).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("repos.discovered.txt"),
               show_default=True, help="The repos file to write (its state, for resuming, goes to OUT.state.jsonl).")
 @click.option("--from", "start", type=click.IntRange(min=1), default=None,
@@ -715,17 +717,18 @@ def _compound_table(console: Any, k: int, rows: list[dict[str, Any]]) -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N kept projects.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON record per project (name, kept, reason, line).")
 @click.pass_context
-def discover(ctx: click.Context, names: Path | None, query: str | None, out: Path, start: int | None,
+def discover(ctx: click.Context, names: Path | None, query: str | None, npm_names: Path | None, out: Path,
+             start: int | None,
              end: int | None, version: str | None, index_url: str, language: str, min_stars: int | None,
              pushed_since: str | None, dockerized: bool, github_url: str, allow_compiled: bool, limit: int | None,
              as_json: bool) -> None:
-    """Find projects with a test suite miner can run (on PyPI or GitHub) and write a repos file for `miner crawl`."""
+    """Find projects with a test suite miner can run (on PyPI, npm or GitHub) and write a repos file for `miner crawl`."""
     import sys
 
     from miner import discover as found
 
-    if (names is None) == (query is None):
-        raise click.UsageError("give exactly one of --pypi NAMES_FILE or --github QUERY")
+    if sum(x is not None for x in (names, query, npm_names)) != 1:
+        raise click.UsageError("give exactly one of --pypi NAMES_FILE, --npm NAMES_FILE or --github QUERY")
     if names is None and (start or end or version):
         raise click.UsageError("--from, --to and --version go with --pypi")
     options = found.Options(allow_compiled=allow_compiled, dockerized=dockerized, limit=limit)
@@ -733,8 +736,10 @@ def discover(ctx: click.Context, names: Path | None, query: str | None, out: Pat
     say = (lambda text: console.print(text, markup=False, highlight=False)) if sys.stderr.isatty() else (
         lambda text: click.echo(text, err=True))
     try:
-        if names is not None:
-            cache = ctx.find_object(Settings).store_root / "cache" / "sources"
+        cache = ctx.find_object(Settings).store_root / "cache" / "sources"
+        if npm_names is not None:
+            result = found.discover_npm(npm_names, out, cache, options, say)
+        elif names is not None:
             result = found.discover_pypi(names, out, cache, options, say, start, end, version, index_url)
         else:
             text = found.github_query(query or "", language or None, min_stars, pushed_since)

@@ -2,6 +2,7 @@
 
     miner discover --pypi names.txt [--from 100 --to 200] [--version SPEC] [--out FILE]
     miner discover --github QUERY [--language python --min-stars 50 --pushed-since 2025-01-01] [--dockerized]
+    miner discover --npm names.txt     # NAME or NAME@RANGE a line: npm packages whose tarball ships its tests
 
 A project is kept when it ships a test suite miner can run: test modules pytest would collect
 (pytest's file patterns and testpaths; with the files at hand, modules holding test functions,
@@ -11,7 +12,9 @@ PyPI projects are pinned to the newest release (matching a version spec, if give
 sdist and supports this Python; the sdist is fetched into the store's source cache (so a later
 crawl reuses it) and inspected. GitHub repositories come from the search API (PyGithub) and are
 judged on their tree, pinned to their default branch's commit (`URL@SHA`); rate limits are
-waited out and the run resumes.
+waited out and the run resumes. npm packages are pinned to the newest version (matching a range,
+if given), their registry tarball fetched (npm pack) and kept when it ships a test suite a Node
+runner miner reads runs (miner.ecosystems.node) and has runtime dependencies to break.
 
 Every checked project becomes a `Record` (name, kept, reason, line). Records are appended to a
 state file next to the output (OUT.state.jsonl), so a discovery interrupted and run again skips
@@ -41,10 +44,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from miner.ecosystems.node.npm import dependencies as npm_dependencies
+from miner.ecosystems.node.runner import project_command
 from miner.install import PytestConfig, read_pytest_config
 from miner.models import Source
 from miner.projectfiles import in_test_tree, is_doc, project_files
-from miner.sources import PYPI_URL, FetchError, IndexUnreachable, fetch, index_json
+from miner.sources import NPM_NAME, PYPI_URL, FetchError, IndexUnreachable, fetch, index_json
 
 GITHUB_URL = "https://api.github.com"
 MAX_SDIST_BYTES = 100_000_000
@@ -529,6 +534,67 @@ def discover_pypi(names: Path, out: Path, cache: Path, options: Options, say: Ca
     entries = read_names(names, start, end)
     header = f"miner discover --pypi {names}" + (f" (names {start or 1}..{end or 'end'})" if start or end else "")
     return run(pypi_candidates(entries, cache, options, version, index), out, header, options, say, len(entries))
+
+
+# -- npm ----------------------------------------------------------------------------------------
+
+
+def npm_version(name: str, spec: str = "") -> str | None:
+    """The newest version of an npm package matching `spec` (npm view: the registry npm is set to);
+    None when no version matches; Unchecked when the registry cannot be asked."""
+    try:
+        run = subprocess.run(["npm", "view", f"{name}@{spec or 'latest'}", "version", "--json", "--loglevel=error"],
+                             capture_output=True, text=True, timeout=120)
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        raise Unchecked(f"npm view {name}: {exc}") from None
+    if run.returncode != 0:
+        if "E404" in run.stderr or "ETARGET" in run.stderr or "notarget" in run.stderr:
+            return None
+        raise Unchecked(f"npm view {name}: {' '.join(run.stderr.split())[:200]}")
+    try:
+        found = json.loads(run.stdout or "null")
+    except ValueError:
+        return None
+    versions = found if isinstance(found, list) else [found]
+    return str(versions[-1]) if versions and versions[-1] else None
+
+
+def _npm_entry(text: str) -> NameEntry:
+    name, _, spec = text.removeprefix("npm:").rpartition("@") if text.rfind("@") > 0 else (text, "", "")
+    if not NPM_NAME.match(name or text):
+        return NameEntry(text, problem="not an npm package name")
+    return NameEntry(text, name or text, spec)
+
+
+def check_npm(entry: NameEntry, cache: Path) -> tuple[bool, str, str]:
+    """Pin one npm name to a version, fetch its tarball and keep it when it ships a suite miner runs
+    and has runtime dependencies (what npm's break types act on)."""
+    if entry.problem:
+        return False, entry.problem, ""
+    version = npm_version(entry.name, entry.spec)
+    if version is None:
+        return False, f"no version of {entry.name} matches {entry.spec or 'latest'} on the registry", ""
+    pin = f"{entry.name}@{version}"
+    try:
+        project = fetch(Source(raw=f"npm:{pin}", kind="npm", location=pin), cache)
+    except FetchError as exc:
+        return False, exc.reason, ""
+    deps = npm_dependencies(project.path)
+    if not deps:
+        return False, f"{pin}: no runtime dependencies (nothing in node_modules its code loads)", ""
+    return True, f"{pin}: runs {project_command(project.path)} ({len(deps)} runtime dependencies)", f"npm:{pin}"
+
+
+def discover_npm(names: Path, out: Path, cache: Path, options: Options, say: Callable[[str], None]) -> Discovery:
+    """Check the npm names of a names file (NAME or NAME@RANGE a line) and write the repos file `out`."""
+    try:
+        lines = Path(names).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DiscoverError(f"cannot read the names file {names}: {exc}") from None
+    entries = [_npm_entry(text) for line in lines if (text := line.split("#", 1)[0].strip())]
+    candidates = (Candidate(f"npm:{e.name or e.text}@{e.spec}", e.name or e.text,
+                            lambda e=e: check_npm(e, cache), options.criteria("npm")) for e in entries)
+    return run(candidates, out, f"miner discover --npm {names}", options, say, len(entries))
 
 
 # -- GitHub -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable
 
+from miner.ecosystems.node import npm
 from miner.ecosystems.node.runner import ManifestError
 from miner.models import (
     PROJECT_DIR,
@@ -260,6 +261,8 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
     With `parallel`, the suite's runs happen at the same time, each on its own fresh copy."""
     with backend.fork(env) as sandbox:
         site_packages, inventory, own = collect_inventory(sandbox)
+        node_packages = npm.parse_inventory(sandbox.run(npm.inventory_command(), timeout=120).output) \
+            if npm.uses_npm(Path(project.path)) else []
     probes = discover_probes(inventory, own) + list(extra_probes or [])
     measured = []
     if parallel:
@@ -286,6 +289,7 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
         messages={k: v.message for k, v in stable.items() if v.message},
         flaky=flaky, probes=[p for p in probes if p.id in stable],
         distributions={d.name: d.version for d in inventory}, inventory=inventory, project_dists=own,
+        node_packages=node_packages,
         file_hashes=hashes, protected=protected, env=dict(spec.env), site_packages=site_packages,
         suite_seconds=sum(s.duration for s in suites) / len(suites),
     )

@@ -35,6 +35,7 @@ from typing import Any
 from packaging.markers import InvalidMarker, Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
+from miner.ecosystems.node import npm
 from miner.models import VENV_DIR, Project
 from miner.sandbox.base import BuildError, BuildSpec, Limits
 
@@ -571,6 +572,7 @@ def install_script(project: Project, extras: list[str], extra_args: list[str],
     lines += ["# pytest and the plugins its configuration names", f"{_group(_pip(['pytest'], locked))} || exit 1"]
     if plugins:
         lines += _optional_lines("pytest plugin", [_pip([p], locked) for p in plugins])
+    lines += npm.install_lines(Path(root))
     return "\n".join(lines) + "\n"
 
 

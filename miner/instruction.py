@@ -122,7 +122,7 @@ def plain_test_command(command: str) -> str:
 def check_command(test_command: str, check: str) -> str:
     """The command that runs one test of the suite (pytest's node id, or node's name pattern)."""
     plain = plain_test_command(test_command)
-    if node_runner.is_node_test_command(plain):
+    if node_runner.is_node_command(plain):
         return node_runner.check_command(plain, check)
     return f"{plain} {shlex.quote(check)}"
 
@@ -269,11 +269,11 @@ def area_sentence(categories: list[str]) -> str:
 
 
 def _language(test_command: str) -> str:
-    return "Node.js " if node_runner.is_node_test_command(test_command) else "Python "
+    return "Node.js " if node_runner.is_node_command(test_command) else "Python "
 
 
 def _runtime(test_command: str) -> str:
-    if node_runner.is_node_test_command(test_command):
+    if node_runner.is_node_command(test_command):
         return "The project runs on the system's Node.js (`node`)."
     return f"The project uses the Python of the virtual environment in `{VENV_DIR}`."
 

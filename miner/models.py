@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
-SourceKind = Literal["git", "local", "pypi"]
+SourceKind = Literal["git", "local", "pypi", "npm"]
 TargetKind = Literal[
     "distribution",  # an installed distribution (name, version)
     "module",  # an importable top-level module of an installed distribution
@@ -31,6 +31,7 @@ TargetKind = Literal[
     "setting",  # a process-wide setting the code relies on without naming it (TLS trust, proxy, locale, ...)
     "state",  # run-time state the code keeps outside its files: a lock or PID file, a cache folder
     "compound",  # several validated inversions stacked into one task (miner.compound)
+    "node-package",  # a package installed in the project's node_modules (npm's projects)
 ]
 
 # Fixed paths every sandbox backend provides, so break/fix scripts are sandbox-neutral.
@@ -55,7 +56,7 @@ class Source(BaseModel):
 
     raw: str
     kind: SourceKind
-    location: str  # URL, absolute folder path, or NAME==VERSION for pypi
+    location: str  # URL, absolute folder path, NAME==VERSION for pypi, NAME@VERSION for npm
     ref: str | None = None
     overrides: dict[str, str] = Field(default_factory=dict)
     origin: str = ""  # "FILE:LINE"
@@ -65,6 +66,8 @@ class Source(BaseModel):
         """A short, filesystem-safe project name."""
         if self.kind == "pypi":
             return self.location.split("==")[0].lower()
+        if self.kind == "npm":
+            return self.location.rpartition("@")[0].lstrip("@").replace("/", "-")
         stem = self.location.rstrip("/").rsplit("/", 1)[-1]
         return stem.removesuffix(".git") or "project"
 
@@ -151,6 +154,17 @@ class Distribution(BaseModel):
     files: list[str] = Field(default_factory=list)  # site-packages-relative paths of its .py files
 
 
+class NodePackage(BaseModel):
+    """One package installed in the project's node_modules (miner.ecosystems.node.npm)."""
+
+    path: str  # project-relative install folder: node_modules/a, node_modules/a/node_modules/b
+    name: str
+    version: str = ""
+    dev: bool = False  # only dev dependencies need it
+    requires: list[str] = Field(default_factory=list)  # the packages it depends on, by name
+    entry: str | None = None  # project-relative file `require` loads, None when none resolves
+
+
 class HealthyState(BaseModel):
     """Everything measured on the untouched environment."""
 
@@ -165,6 +179,7 @@ class HealthyState(BaseModel):
     distributions: dict[str, str] = Field(default_factory=dict)  # name -> version
     inventory: list[Distribution] = Field(default_factory=list)  # full metadata of each
     project_dists: list[str] = Field(default_factory=list)  # the project's own distribution(s)
+    node_packages: list[NodePackage] = Field(default_factory=list)  # the project's node_modules, npm's projects
     file_hashes: dict[str, str] = Field(default_factory=dict)  # project-relative path -> sha256
     protected: list[str] = Field(default_factory=list)  # project-relative code and test files
     env: dict[str, str] = Field(default_factory=dict)

@@ -192,7 +192,7 @@ def passes(view: SolverView, run: ShellRun) -> bool:
     import or a console script: stdout; an image's command: both streams as one); a service's
     answer is fetched."""
     probe = view.probe
-    if probe is None and node_runner.is_node_test_command(view.command):
+    if probe is None and node_runner.is_node_command(view.command):
         return node_runner.run_passed(run.exit_code, run.output)
     if probe is None:
         skipped = view.outcome == "skipped" and SKIPPED.search(run.output)

@@ -41,6 +41,7 @@ import git
 from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from miner.ecosystems.node.runner import suite_problem as node_suite_problem
 from miner.install import pip_errors
 from miner.models import Project, Source, SourceError
 from miner.projectfiles import skipped_dir
@@ -59,6 +60,8 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXTRA_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _PYTHON_VERSION = re.compile(r"^3\.\d+(\.\d+)?$")
+NPM_NAME = re.compile(r"^(@[a-z0-9-~][a-z0-9-._~]*/)?[a-z0-9-~][a-z0-9-._~]*$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
 _HEX_SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
 
 
@@ -174,6 +177,8 @@ def _parse_spec(spec: str, base: Path) -> tuple[str, str, str | None]:
     """Return (kind, location, ref) for the source part of a line."""
     if spec.startswith("pypi:"):
         return "pypi", _parse_pypi(spec.removeprefix("pypi:")), None
+    if spec.startswith("npm:"):
+        return "npm", _parse_npm(spec.removeprefix("npm:")), None
     if spec.lower().startswith(GIT_SCHEMES):
         return ("git", *_parse_url(spec))
     match = _SCP_LIKE.match(spec)
@@ -200,6 +205,17 @@ def _parse_pypi(text: str) -> str:
     except InvalidVersion:
         raise ValueError(f"invalid version {version!r} for {name}") from None
     return f"{name}=={version}"
+
+
+def _parse_npm(text: str) -> str:
+    name, sep, version = text.rpartition("@")
+    if not sep or not name or not version:
+        raise ValueError(f"npm source needs an exact version NAME@VERSION, got 'npm:{text}'")
+    if not NPM_NAME.match(name):
+        raise ValueError(f"invalid npm package name {name!r}")
+    if not _SEMVER.match(version):
+        raise ValueError(f"npm source needs an exact version (x.y.z), got {version!r} for {name}")
+    return f"{name}@{version}"
 
 
 def _parse_url(spec: str) -> tuple[str, str | None]:
@@ -252,6 +268,8 @@ def _identity(source: Source) -> tuple[str, str, str | None]:
         return "pypi", f"{canonicalize_name(name)}=={Version(version)}", None
     if source.kind == "git":
         return "git", _normalise_url(source.location), source.ref
+    if source.kind == "npm":
+        return "npm", source.location, None
     return "local", source.location, None
 
 
@@ -272,6 +290,8 @@ def repo_name(source: Source) -> str:
     """The repository name `fetch` gives the source's project (Project.repo), known before fetching."""
     if source.kind == "pypi":
         return f"pypi:{canonicalize_name(source.location.split('==')[0])}"
+    if source.kind == "npm":
+        return f"npm:{source.location.rpartition('@')[0]}"
     return source.location if source.kind == "git" else str(Path(source.location))
 
 
@@ -289,6 +309,8 @@ def fetch(source: Source, cache: Path, *, sdist_url: str | None = None, sdist_sh
         return _fetch_local(source, cache)
     if source.kind == "pypi":
         return _fetch_pypi(source, cache, sdist_url, sdist_sha256)
+    if source.kind == "npm":
+        return _fetch_npm(source, cache)
     raise FetchError(f"unknown source kind {source.kind!r}")
 
 
@@ -300,6 +322,8 @@ def cache_entry(source: Source, cache: Path) -> Path:
         return cache / "git" / f"{_slug(source.name)}-{digest}"
     if source.kind == "local":
         return cache / "local" / f"{_slug(source.name)}-{hashlib.sha256(source.location.encode()).hexdigest()[:12]}"
+    if source.kind == "npm":
+        return cache / "npm" / _slug(source.location.lstrip("@").replace("/", "-"))
     name, version = source.location.split("==")
     return cache / "pypi" / f"{canonicalize_name(name)}-{version}"
 
@@ -586,6 +610,41 @@ def _fetch_pypi(source: Source, cache: Path, url: str | None = None, sha256: str
         if not unpacked.exists():
             unpack_archive(sdist, unpacked)
     return Project(source=source, repo=repo_name(source), commit=sha, path=_sdist_root(unpacked))
+
+
+def _fetch_npm(source: Source, cache: Path) -> Project:
+    """The registry's tarball (npm pack: npm's registry, proxy and TLS settings, its integrity
+    check), unpacked; kept only when it ships a test suite miner can run (miner.ecosystems.node)."""
+    entry = cache_entry(source, cache)
+    with _locked(entry.with_suffix(".lock")):
+        tarball = _cached_sdist(entry) or _npm_pack(source.location, entry)
+        sha = _file_sha256(tarball)
+        unpacked = entry / f"src-{sha[:12]}"
+        if not unpacked.exists():
+            unpack_archive(tarball, unpacked)
+    root = _sdist_root(unpacked)
+    if problem := node_suite_problem(root):
+        raise FetchError(f"{source.location}: {problem}")
+    return Project(source=source, repo=repo_name(source), commit=sha, path=root)
+
+
+def _npm_pack(spec: str, entry: Path) -> Path:
+    entry.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=entry, prefix=".download-") as tmp:
+        try:
+            run = subprocess.run(["npm", "pack", spec, "--pack-destination", tmp, "--json", "--loglevel=error"],
+                                 capture_output=True, text=True, timeout=PIP_TIMEOUT, cwd=tmp)
+        except FileNotFoundError:
+            raise FetchError("npm is not installed: an npm source needs it") from None
+        except subprocess.TimeoutExpired:
+            raise FetchError(f"npm pack {spec} timed out after {PIP_TIMEOUT}s") from None
+        files = [p for p in Path(tmp).iterdir() if p.name.endswith(".tgz")]
+        if run.returncode != 0 or len(files) != 1:
+            errors = [line for line in run.stderr.splitlines() if "npm error" in line or "ERR" in line]
+            raise FetchError(f"npm pack {spec} failed: {' '.join(errors[:3]) or run.stderr.strip()[-300:]}")
+        tarball = entry / files[0].name
+        files[0].rename(tarball)
+    return tarball
 
 
 def _cached_sdist(entry: Path) -> Path | None:

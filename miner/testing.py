@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from miner.ecosystems.node import runner as node_runner
+from miner.ecosystems.node import tape as node_tape
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, Outcome, Project, RunResult, SuiteRun, TestResult
 from miner.projectfiles import project_files
 from miner.sandbox.base import COMMAND_BUDGET, Sandbox
@@ -47,7 +48,7 @@ THEN_BEGIN = "::miner-then-begin::"
 
 def pytest_command(project: Project) -> str:
     """The project's test command: the `test=` override; for a project without Python files
-    whose package.json runs node's test runner, that command; else `python -m pytest`."""
+    whose package.json runs node's test runner or tape, that command; else `python -m pytest`."""
     if override := project.source.overrides.get("test"):
         return override
     root = Path(project.path)
@@ -68,9 +69,11 @@ def suite_command(command: str, report: str, tests: list[str] | None = None, des
 
 def runner_of(command: str) -> tuple[Callable[..., str], Callable[[bytes | str], dict[str, TestResult]]]:
     """(how to run the suite writing a report, how to read that report) for a test command: node's
-    test runner and its reporter's JSON lines, or pytest and its junit XML."""
+    test runner or tape and miner's reporters' JSON lines, or pytest and its junit XML."""
     if node_runner.is_node_test_command(command):
         return node_runner.suite_command, node_runner.parse_report
+    if node_tape.is_tape_command(command):
+        return node_tape.suite_command, node_runner.parse_report
     return suite_command, parse_junit
 
 
@@ -127,6 +130,18 @@ def run_suite_then(sandbox: Sandbox, command: str, tests: list[str] | None = Non
         output_tail=result.output[-TAIL_CHARS:],
         timed_out=result.timed_out,
     ), after
+
+
+def observed(suite: SuiteRun, test_id: str) -> TestResult | None:
+    """What a run reported of one test: its result; under a Node runner, for a test absent from
+    the report (or missing) whose file failed before its tests ran, that file's error."""
+    found = suite.results.get(test_id)
+    if found is not None and found.outcome != "missing":
+        return found
+    file = test_id.split("::", 1)[0]
+    if file != test_id and node_runner.is_node_command(suite.command) and file in suite.results:
+        return TestResult(id=test_id, outcome="error", message=suite.results[file].message)
+    return found
 
 
 def _refused(output: str) -> set[str]:

@@ -42,6 +42,7 @@ from miner.models import PROJECT_DIR, Candidate, HealthyState, Inversion, Reject
 from miner.projectfiles import in_test_tree, is_runner_config, test_file_of
 from miner.sandbox.base import Backend, Capabilities, Healthy, Sandbox
 from miner.solver_view import judge, log_text, read_view, view_script
+from miner.testing import observed
 from miner.timing import Clock
 
 SCRIPT_TIMEOUT = 300.0
@@ -317,7 +318,7 @@ def _judge(run: Run, inv: Inversion, whole_suite_ok: bool, aside: ThreadPoolExec
                                                 f"these {len(f2p)} tests")
         replay: Future[list[str]] | None = aside.submit(run.replay, inv) if aside is not None else None
         run.no_leak(sandbox)
-        messages = {t: broken.results[t].message for t in f2p if t in broken.results}
+        messages = {t: found.message for t in f2p if (found := observed(broken, t)) is not None}
         view = candidate_symptom(inv, f2p, broken.outcomes(), messages, ctx.state).view()
         run.solver_view(sandbox, view, fixed=False)
         run.apply(sandbox, "fix", inv.fix_script, fix_network(inv))

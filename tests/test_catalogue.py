@@ -29,6 +29,7 @@ SAMPLE_CONTEXT = {
     "evidence_kind": "project-files",
     "old_version": "1.16.0", "conflict_version": "1.4.1", "required_by": "python-dateutil", "specifier": ">=1.5",
     "user_key": "server.port", "user_b64": "aGVsbAo=", "user_value": '"8080"',
+    "entry": "node_modules/debug/src/index.js",
 }
 # Types that choose between kinds of evidence (a context provider's choice, or the target's own
 # attrs.evidence): every choice is rendered.

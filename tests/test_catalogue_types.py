@@ -27,7 +27,7 @@ from miner.evidence import MAX_FIX_LITERAL, literal_bytes
 from miner.inverters.procedural import ProceduralInverter, matches
 from miner.inverters.system import targets_beneath
 from miner.inverters.targets import enumerate_targets
-from miner.models import HealthyState, Project, Target
+from miner.models import Candidate, HealthyState, Project, Target
 from miner.prepare import prepare
 from miner.projectfiles import test_file_of as file_of_test
 from miner.sandbox.base import Backend
@@ -40,6 +40,19 @@ CA_OVERRIDE = "env.SSL_CERT_FILE=/sandbox/project/certs/dev-ca.pem"
 # Types of a Dockerized project's image (its ENV): validated on fixtures/node-service by
 # tests/test_node_service.py.
 IMAGE_CASES = {"env/image-var-unset", "env/image-var-wrong"}
+# Types of an npm project's node_modules and of node's settings, validated on fixtures/node-lib (a
+# library on ms, escape-html and debug, tested with tape, built by npm from the registry):
+# type -> (target key, tests that must be among the F2P, tests that must stay passing)
+DURATION = {"test/duration.js::humanDuration", "test/duration.js::parseDuration"}
+HTML = {"test/html.js::htmlLine escapes the message", "test/html.js::htmlLine escapes the level"}
+LOGGER = {"test/logger.js::a logger writes when its namespace is enabled"}
+NPM_CASES: dict[str, tuple[str, set[str], set[str]]] = {
+    "deps/node-package-removed": ("node-package:ms", DURATION | LOGGER, HTML),  # debug needs ms too
+    "deps/node-entry-corrupt": ("node-package:escape-html", HTML, DURATION | LOGGER),
+    "deps/node-main-nowhere": ("node-package:debug", LOGGER, DURATION | HTML),  # main is src/index.js
+    "fs/node-package-unreadable": ("node-package:escape-html", HTML, DURATION | LOGGER),
+    "env/node-options-preload-missing": ("setting:node", DURATION | HTML | LOGGER, set()),
+}
 # type -> (target key, context pinned by the test or None, tests that must be among the F2P)
 LOCAL_CASES: dict[str, tuple[str, dict | None, set[str]]] = {
     "virtualenv/interpreter-link": ("setting:python", None, set()),
@@ -114,12 +127,13 @@ class World:
     targets: dict[str, Target]
 
 
-def make_world(base: Path, backend: Backend) -> World:
-    root = copy_fixture("stocksync", base / "stocksync")
-    source = parse_source(f"{root} {CA_OVERRIDE}", base)
+def make_world(base: Path, backend: Backend, fixture: str = "stocksync", overrides: str = CA_OVERRIDE,
+               min_passing: int = 20) -> World:
+    root = copy_fixture(fixture, base / fixture)
+    source = parse_source(f"{root} {overrides}".strip(), base)
     prepared = prepare(source, backend, None, work=base / "work", timeout=600)
     state = prepared.state
-    assert state is not None and len(state.passing) > 20, state
+    assert state is not None and len(state.passing) > min_passing, state
     tests = {f for f in map(file_of_test, state.outcomes) if f}
     targets = enumerate_targets(prepared.project, state, targets_beneath(state.system, prepared.project.path, tests))
     ctx = Context(backend, prepared.env, state, healthy_manifest(backend, prepared.env), timeout=600)
@@ -133,7 +147,7 @@ def world(tmp_path_factory) -> World:
     return make_world(tmp_path_factory.mktemp("stocksync-local"), LocalBackend())
 
 
-def run_case(world: World, type_id: str, target_key: str, pinned: dict | None, expected: set[str]) -> None:
+def run_case(world: World, type_id: str, target_key: str, pinned: dict | None, expected: set[str]) -> Candidate:
     itype = CATALOGUE[type_id]
     assert target_key in world.targets, f"{target_key} not enumerated: {sorted(world.targets)}"
     target = world.targets[target_key]
@@ -157,13 +171,15 @@ def run_case(world: World, type_id: str, target_key: str, pinned: dict | None, e
     assert expected <= set(candidate.f2p), sorted(candidate.f2p)
     if not itype.whole_suite:
         assert candidate.p2p
+    return candidate
 
 
 def test_the_catalogue_has_sixty_types_each_with_its_category_and_evidence() -> None:
     assert len(CATALOGUE) >= 60
     assert {t.category for t in CATALOGUE.values()} <= set(CATEGORIES)
     added = set(CATALOGUE) - FIRST_33
-    assert added == set(LOCAL_CASES) | set(DOCKER_CASES) | IMAGE_CASES, "every added type has its case here"
+    assert added == set(LOCAL_CASES) | set(DOCKER_CASES) | IMAGE_CASES | set(NPM_CASES), \
+        "every added type has its case here"
     for type_id in added:
         itype = CATALOGUE[type_id]
         assert itype.evidence, f"{type_id} declares no evidence"
@@ -213,6 +229,21 @@ def test_the_fixture_has_a_target_of_every_new_kind(tmp_path: Path) -> None:
 def test_type_validates_on_the_fixture(world: World, type_id: str) -> None:
     target_key, pinned, expected = LOCAL_CASES[type_id]
     run_case(world, type_id, target_key, pinned, expected)
+
+
+@pytest.fixture(scope="module")
+def npm_world(tmp_path_factory) -> World:
+    from miner.sandbox.local import LocalBackend
+
+    return make_world(tmp_path_factory.mktemp("node-lib-local"), LocalBackend(), "node-lib", "", 5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("type_id", sorted(NPM_CASES))
+def test_npm_type_validates_on_the_node_fixture(npm_world: World, type_id: str) -> None:
+    target_key, failing, passing = NPM_CASES[type_id]
+    candidate = run_case(npm_world, type_id, target_key, None, failing)
+    assert not passing & set(candidate.f2p), sorted(candidate.f2p)
 
 
 @pytest.fixture(scope="module")

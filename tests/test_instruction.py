@@ -49,6 +49,7 @@ CONTEXT = {
     "stated_in": ["README.md"], "stated": "README.md states REPORT_LOCALE=en_GB", "evidence_kind": "project-files",
     "old_version": "0.8.9", "conflict_version": "0.8.10", "required_by": "weekly", "specifier": ">=0.9",
     "user_key": "output.width", "user_b64": "aGVsbAo=", "user_value": '"80"',
+    "entry": "node_modules/left-pad/lib/index.js",
 }
 
 

@@ -45,6 +45,7 @@ from pathlib import Path, PurePosixPath
 import networkx as nx
 
 from miner import ecosystems
+from miner.ecosystems.node import npm
 from miner.ecosystems.node.code import JS_SUFFIXES, parse_js_files
 from miner.ecosystems.node.code import resolve as resolve_js
 from miner.graph.parse import MAIN_SCOPE, Scope, SourceFile, last_name, parse_files
@@ -641,10 +642,11 @@ class _Builder:
     def _add_js(self) -> None:
         parsed = parse_js_files(self.root, self.files)
         files = set(self.files)
+        main = npm.main_file(self.root)
         for rel, found in sorted(parsed.items()):
             node = self._node(f"module:{rel}", "module", rel, path=rel)
             for specifier in sorted(found.requires):
-                if (target := resolve_js(rel, specifier, files)) is not None:
+                if (target := resolve_js(rel, specifier, files, main)) is not None:
                     kind = "module" if target.endswith(JS_SUFFIXES) else file_kind(target)
                     self._edge(node, self._node(f"{kind}:{target}", kind, target, path=target), "imports")
             for name in sorted(found.env_reads):
@@ -658,6 +660,21 @@ class _Builder:
             rel = test_id.split("::", 1)[0]
             if f"test:{test_id}" in self.graph and rel in parsed:
                 self._edge(f"test:{test_id}", f"module:{rel}", "in-file")
+        self._add_node_packages(parsed)
+
+    def _add_node_packages(self, parsed: dict) -> None:
+        """The installed packages (npm's projects): a file requires a package, a package the ones
+        it depends on (by name: the top-level copy, as npm dedupes them)."""
+        installed = {p.name: p for p in self.healthy.node_packages if p.path == f"node_modules/{p.name}"}
+        for rel, found in sorted(parsed.items()):
+            for name in sorted({npm.package_of(spec) for spec in found.requires} - {None}):
+                if name in installed:
+                    self._edge(f"module:{rel}", self._node(f"node-package:{name}", "node-package", name), "imports")
+        for name, package in sorted(installed.items()):
+            for dep in package.requires:
+                if dep in installed:
+                    self._node(f"node-package:{name}", "node-package", name)
+                    self._edge(f"node-package:{name}", self._node(f"node-package:{dep}", "node-package", dep), "imports")
 
     # -- what a traced run touched (projects outside Python: miner.sandbox.docker.trace)
     def _add_trace(self) -> None:

@@ -41,6 +41,7 @@ KIND_STYLE = {  # fill colour, cluster title
     "envvar": ("#eeeeee", "environment variables"),
     "external": ("#fff7bc", "imported packages"),
     "distribution": ("#fde6cf", "installed distributions"),
+    "node-package": ("#fde6cf", "installed distributions"),
     "syslib": ("#e0e0e0", "system"),
     "debpkg": ("#d0d0d0", "system"),
 }

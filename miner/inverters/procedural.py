@@ -560,6 +560,7 @@ class ProceduralInverter:
             "previous_version": self._previous_version,
             "conflicting_version": self._conflicting_version,
             "user_config": self._user_config,
+            "node_entry": self._node_entry,
         }
         for itype in self.types:
             unknown = set(itype.preconditions.get("context", [])) - set(self.providers)
@@ -668,6 +669,8 @@ class ProceduralInverter:
         if target.kind == "envvar":
             value = healthy.env.get(target.name, target.attrs.get("value"))
             return {"value": value} if value is not None else None
+        if target.kind == "node-package":
+            return {"version": target.attrs.get("version") or ""}
         return {}
 
     def _releases(self, job: Job) -> list[str]:
@@ -695,6 +698,12 @@ class ProceduralInverter:
             if found:
                 return {"conflict_version": found, "required_by": requirer, "specifier": str(spec)}
         return None
+
+    def _node_entry(self, job: Job) -> dict[str, Any] | None:
+        """The file `require` loads of an installed package, when it lies in the package's folder."""
+        entry = job.target.attrs.get("entry") or ""
+        inside = entry.startswith(f"{job.target.path}/") and "/node_modules/" not in entry[len(job.target.path):]
+        return {"entry": entry} if inside else None
 
     def _user_config(self, job: Job) -> dict[str, Any] | None:
         """The project's config with one key (one the code names, preferably) given a value of another

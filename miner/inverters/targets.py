@@ -26,6 +26,7 @@ the healthy state:
                 program also reads from ~/.config), pip (tests or code that run pip)
   state         run-time state the code names: lock and PID files, the user's cache folder
   extra         what the caller adds: the backend's system and service targets
+  node-package  (npm's projects) the installed packages the project's runtime dependencies reach
 
 Also here, for rule 8 (project-files evidence): `stated_in`, the project files (outside the test
 tree) that state a key's value on one line: a README's configuration section, an example config,
@@ -51,6 +52,7 @@ from typing import Any
 import yaml
 
 from miner import ecosystems
+from miner.ecosystems.node import npm
 from miner.graph import canonical, module_names, parse_files
 from miner.models import PROJECT_DIR, HealthyState, Project, Target
 from miner.projectfiles import in_test_tree, is_runner_config, may_be_target, project_files, test_file_of
@@ -483,7 +485,8 @@ def enumerate_targets(project: Project, healthy: HealthyState, extra: Iterable[T
     if ecosystems.PYTHON not in ecosystems.detect(files, healthy):
         read = traced_files(healthy)
         facts = CodeFacts(names=frozenset(PurePosixPath(rel).name for rel in read))
-        return [*file_targets(project.path, [f for f in read if f in files], healthy, facts),
+        return [*npm.package_targets(project.path, healthy.node_packages), *npm.setting_targets(healthy.node_packages),
+                *file_targets(project.path, [f for f in read if f in files], healthy, facts),
                 *image_variable_targets(healthy), *(t for t in extra if _allowed_extra(t, tests))]
     facts = code_facts(project.path, [f for f in files if f.endswith(".py")])
     packages = package_targets(healthy)

@@ -58,8 +58,8 @@ class SandboxError(Exception):
 
 class BuildError(SandboxError):
     """The project could not be built; `log` holds the tail of the build output. Shown (on every
-    verb and as a skipped project's reason), it names its reason too: pip's own ERROR lines, or
-    else the last lines of the step's output."""
+    verb and as a skipped project's reason), it names its reason too: pip's own ERROR lines, npm's
+    `npm error` lines (but its log's path), or else the last lines of the step's output."""
 
     def __init__(self, message: str, log: str = "") -> None:
         super().__init__(message)
@@ -67,7 +67,8 @@ class BuildError(SandboxError):
 
     def __str__(self) -> str:
         lines = [line.strip() for line in self.log.strip().splitlines() if line.strip()]
-        shown = [line for line in lines if line.startswith("ERROR:")][-2:] or lines[-3:]
+        npm = [line for line in lines if line.startswith("npm error") and "complete log" not in line]
+        shown = [line for line in lines if line.startswith("ERROR:")][-2:] or npm[:3] or lines[-3:]
         return f"{self.message} | {' / '.join(line[:300] for line in shown)}" if shown else self.message
 
 

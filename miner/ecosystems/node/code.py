@@ -85,13 +85,15 @@ def parse_js_files(root: Path, files: Iterable[str]) -> dict[str, JsFile]:
     return parsed
 
 
-def resolve(importer: str, specifier: str, files: set[str]) -> str | None:
-    """The project file a relative specifier of `importer` loads (None for a package or outside)."""
+def resolve(importer: str, specifier: str, files: set[str], main: str | None = None) -> str | None:
+    """The project file a relative specifier of `importer` loads (None for a package or outside);
+    the project's own folder (`require("../")` from test/) loads package.json's `main`."""
     if not specifier.startswith((".", "/")):
         return None
     base = posixpath.normpath(posixpath.join(posixpath.dirname(importer), specifier))
+    if base == "." and main:
+        base = posixpath.normpath(main)
     for suffix in RESOLVE_SUFFIXES:
-        if (candidate := base + suffix) in files:
+        if (candidate := posixpath.normpath(base + suffix)) in files:
             return candidate
     return None
-

@@ -9,6 +9,10 @@ to the project, then the names of the suites it is nested in and its own, joined
 
 A run of chosen tests runs their files (node cannot select by id) and keeps the asked-for ones;
 a deselected test runs and is dropped. Node >= 18.15 (custom reporters and their destination).
+
+Also here: which command a package's scripts run its tests with (`project_command`: node --test,
+or tape, run by miner.ecosystems.node.tape with a reporter of the same JSON lines), and the
+command a person runs to see one test.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import shlex
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
+from miner.ecosystems.node import tape
 from miner.models import PROJECT_DIR, TestResult
 
 MESSAGE_CHARS = 1000
@@ -100,9 +105,13 @@ class ManifestError(ValueError):
     """A package.json that does not parse."""
 
 
-def project_command(root: Path) -> str | None:
-    """The project's own node --test command (package.json's `scripts.test`), or None when it
-    has no package.json or its tests run otherwise; ManifestError when package.json does not parse."""
+COVERAGE_WRAPPERS = ("nyc", "c8")  # they run the command after their options; miner wants no coverage
+SCRIPT_NAMES = ("test", "tests-only", "test:unit", "unit")
+MAX_SCRIPT_HOPS = 5
+
+
+def read_manifest(root: Path) -> dict | None:
+    """package.json as a dict, None when there is none; ManifestError when it does not parse."""
     manifest = Path(root) / "package.json"
     if not manifest.is_file():
         return None
@@ -110,12 +119,108 @@ def project_command(root: Path) -> str | None:
         data = json.loads(manifest.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ManifestError(f"package.json does not parse: {exc}") from exc
-    script = ((data.get("scripts") or {}) if isinstance(data, dict) else {}).get("test")
-    return script if isinstance(script, str) and is_node_test_command(script) else None
+    if not isinstance(data, dict):
+        raise ManifestError("package.json does not hold an object")
+    return data
+
+
+def _unwrapped(words: list[str]) -> list[str]:
+    """A command without its coverage wrapper (`nyc --reporter=text tape x` -> `tape x`)."""
+    while words and PurePosixPath(words[0]).name in COVERAGE_WRAPPERS:
+        words = words[1:]
+        while words and words[0].startswith("-"):
+            words = words[1:]
+    return words
+
+
+def _script_runs(scripts: dict, command: str, hops: int = 0) -> list[list[str]]:
+    """The commands one script runs (`a && b`), `npm run X` followed into script X."""
+    runs = []
+    for part in re.split(r"\s*(?:&&|;)\s*", command):
+        try:
+            words = _unwrapped(shlex.split(part))
+        except ValueError:
+            continue
+        if words[:2] == ["npm", "run"] or words[:1] == ["npm-run-posix-or-windows"]:
+            name = next((w for w in words[1:] if w != "run" and not w.startswith("-")), "")
+            if hops < MAX_SCRIPT_HOPS and isinstance(scripts.get(name), str):
+                runs += _script_runs(scripts, scripts[name], hops + 1)
+        elif words:
+            runs.append(words)
+    return runs
+
+
+def _test_file(root: Path, argument: str) -> str | None:
+    """What `node ARG` runs as node resolves it: the file, ARG.js or ARG/index.js."""
+    for candidate in (argument, f"{argument}.js", f"{argument}/index.js"):
+        if (Path(root) / candidate).is_file():
+            return str(PurePosixPath(candidate))
+    return None
+
+
+def _as_runner(root: Path, words: list[str], dev: dict) -> str | None:
+    """One script command as a command miner runs: node --test, or tape (also `node FILE` of a
+    package whose dev dependencies have tape: its test files are tape's)."""
+    program = PurePosixPath(words[0]).name
+    if program in ("node", "nodejs") and "--test" in words:
+        return shlex.join(words)
+    if program == "tape" or (program == "npx" and "tape" in words):
+        return shlex.join(["tape", *words[words.index("tape") + 1:]])
+    if program in ("node", "nodejs") and "tape" in dev and len(words) == 2 and not words[1].startswith("-"):
+        file = _test_file(root, words[1])
+        return shlex.join(["tape", file]) if file else None
+    return None
+
+
+def project_command(root: Path) -> str | None:
+    """The project's own test command as miner runs it: package.json's test script (followed
+    through `npm run`, coverage wrappers left out) when it runs node's test runner or tape; None
+    when there is no package.json or its tests run otherwise; ManifestError when package.json does
+    not parse."""
+    data = read_manifest(root)
+    if data is None:
+        return None
+    scripts = data.get("scripts") if isinstance(data.get("scripts"), dict) else {}
+    dev = data.get("devDependencies") if isinstance(data.get("devDependencies"), dict) else {}
+    for name in SCRIPT_NAMES:
+        if isinstance(scripts.get(name), str):
+            for words in _script_runs(scripts, scripts[name]):
+                if command := _as_runner(root, words, dev):
+                    return command
+    return None
+
+
+def suite_problem(root: Path) -> str | None:
+    """Why the project's tests cannot run under a Node runner miner reads (None when they can):
+    no package.json, one that does not parse, a test script miner does not read, test files absent."""
+    try:
+        data = read_manifest(root)
+        command = project_command(root)
+    except ManifestError as exc:
+        return str(exc)
+    if data is None:
+        return "no package.json"
+    if command is None:
+        scripts = data.get("scripts") if isinstance(data.get("scripts"), dict) else {}
+        return f"its test script runs no test runner miner reads (node --test, tape): {scripts.get('test')!r}"
+    files = tape.split_command(command)[1] if tape.is_tape_command(command) else split_command(command)[2]
+    patterns = files or ["**/*.test.js", "**/*.test.mjs", "**/*.test.cjs", "test/**/*.js", "test/**/*.mjs"]
+    if not any(path.is_file() and "node_modules" not in path.parts
+               for pattern in patterns for path in Path(root).glob(pattern)):
+        return f"it ships no test files ({' '.join(patterns)} match nothing)"
+    return None
+
+
+def is_node_command(command: str) -> bool:
+    """A command one of Node's runners miner reads serves: node --test, or tape."""
+    return is_node_test_command(command) or tape.is_tape_command(command)
 
 
 def check_command(command: str, test_id: str) -> str:
-    """The command a person runs to see one test: its file, its name as node's name pattern."""
+    """The command a person runs to see one test: its file, its name as node's name pattern
+    (tape's: its file)."""
+    if tape.is_tape_command(command):
+        return tape.check_command(command, test_id)
     node, options, _ = split_command(command)
     file, _, rest = test_id.partition(ID_SEPARATOR)
     name = rest.rsplit(ID_SEPARATOR, 1)[-1] if rest else ""
@@ -124,9 +229,10 @@ def check_command(command: str, test_id: str) -> str:
     return shlex.join([node, *options, *pattern, file])
 
 
-# node's closing counts, as its TAP reporter ("# pass 1") and its spec reporter ("ℹ pass 1") print them
-PASS_COUNT = re.compile(r"^(?:#|ℹ) pass ([0-9]+)\s*$", re.MULTILINE)
-FAIL_COUNT = re.compile(r"^(?:#|ℹ) fail ([0-9]+)\s*$", re.MULTILINE)
+# the closing counts, as node's TAP reporter ("# pass 1"), its spec reporter ("ℹ pass 1") and tape
+# ("# pass  1") print them
+PASS_COUNT = re.compile(r"^(?:#|ℹ) pass\s+([0-9]+)\s*$", re.MULTILINE)
+FAIL_COUNT = re.compile(r"^(?:#|ℹ) fail\s+([0-9]+)\s*$", re.MULTILINE)
 
 
 def run_passed(exit_code: int, output: str) -> bool:

@@ -1,0 +1,227 @@
+"""npm's part of the build and of the healthy inventory: what is installed where, and how.
+
+The build (install_lines, appended to miner.install's script) installs, in the project folder:
+
+  - with a lockfile (package-lock.json, npm-shrinkwrap.json): `npm ci`, as locked;
+  - without one (a registry tarball): package.json's dependencies and the dev dependencies the
+    project's JavaScript requires; its other dev dependencies (linters, coverage, types, release
+    tools) are dropped from package.json's devDependencies before `npm install`, which writes the
+    lockfile. A tarball's dev dependencies often cannot all install (a dist-tag the registry does
+    not serve, a native build) and are never needed by its tests.
+
+Lifecycle scripts are not run (`--ignore-scripts`). npm's cache is the sandbox's ~/.npm: the
+packages the project was built from stay there, so a repair can reinstall them offline.
+
+tape, the runner, is miner's (like pytest in the venv): installed apart in RUNNER_DIR, its program
+linked into the venv's bin and its module into /sandbox/node_modules (the one package there), so
+the project's tests find it and a package the project is missing is never found in tape's tree.
+
+The inventory (INVENTORY_SCRIPT, run in the sandbox) lists each installed package of the project
+from npm's hidden lockfile (node_modules/.package-lock.json): path, name, version, whether only
+dev dependencies need it, what it depends on, and the file `require` loads.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path, PurePosixPath
+
+from miner.ecosystems.node import code, tape
+from miner.ecosystems.node.runner import ManifestError, project_command, read_manifest, split_command
+from miner.models import SANDBOX_ROOT, VENV_DIR, NodePackage, Target
+from miner.projectfiles import project_files
+
+LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
+RUNNER_DIR = f"{SANDBOX_ROOT}/.miner-node"
+NPM_FLAGS = "--no-audit --no-fund --no-update-notifier --ignore-scripts --loglevel=error"
+BUILTIN_PREFIX = "node:"
+
+# package.json narrowed to the dev dependencies kept (argv), in node: the file is JSON, written as npm does
+_NARROW = ("const fs = require('fs'); const keep = new Set(process.argv.slice(1));"
+           " const p = JSON.parse(fs.readFileSync('package.json', 'utf8'));"
+           " p.devDependencies = Object.fromEntries(Object.entries(p.devDependencies || {})"
+           ".filter(([n]) => keep.has(n)));"
+           " fs.writeFileSync('package.json', JSON.stringify(p, null, 2) + '\\n');")
+
+INVENTORY_SCRIPT = r"""
+const fs = require('fs'); const path = require('path');
+let lock = {};
+try { lock = JSON.parse(fs.readFileSync('node_modules/.package-lock.json', 'utf8')); } catch (e) {}
+const out = [];
+for (const [where, meta] of Object.entries(lock.packages || {})) {
+  if (!where.startsWith('node_modules/') || meta.link) continue;
+  let entry = null;
+  try { entry = path.relative(process.cwd(), require.resolve(path.resolve(where))); } catch (e) {}
+  const name = meta.name || where.slice(where.lastIndexOf('node_modules/') + 13);
+  out.push({ path: where, name, version: meta.version || '', dev: !!meta.dev,
+             requires: Object.keys({ ...(meta.dependencies || {}), ...(meta.optionalDependencies || {}) }), entry });
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def package_of(specifier: str) -> str | None:
+    """The package a bare module specifier loads (`@scope/name/sub` -> `@scope/name`); None for a
+    relative path or a built-in."""
+    if specifier.startswith((".", "/", BUILTIN_PREFIX)) or not specifier:
+        return None
+    parts = specifier.split("/")
+    return "/".join(parts[:2]) if specifier.startswith("@") else parts[0]
+
+
+def test_files(root: Path, command: str) -> list[str]:
+    """The project files the test command runs (its file and glob arguments)."""
+    files = tape.split_command(command)[1] if tape.is_tape_command(command) else split_command(command)[2]
+    found = {str(path.relative_to(root)) for pattern in files or ["test"] for path in Path(root).glob(pattern)}
+    found |= {str(p.relative_to(root)) for rel in list(found) if (Path(root) / rel).is_dir()
+              for p in (Path(root) / rel).rglob("*.*js")}
+    return sorted(f for f in found if f.endswith(code.JS_SUFFIXES) and "node_modules" not in f.split("/"))
+
+
+def required_packages(root: Path, command: str) -> set[str]:
+    """The packages the test files require or import, with the project files they load in turn
+    (a linter's config or a build script is not followed: it is not what the tests load)."""
+    files = {f for f in project_files(root) if not f.startswith("node_modules/")}
+    main, seen, queue, packages = main_file(root), set(), test_files(root, command), set()
+    while queue:
+        rel = queue.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        for spec in code.parse_js_files(root, [rel]).get(rel, code.JsFile()).requires:
+            if (package := package_of(spec)) is not None:
+                packages.add(package)
+            elif (loaded := code.resolve(rel, spec, files, main)) is not None:
+                queue.append(loaded)
+    return packages
+
+
+def lockfile(root: Path) -> str | None:
+    return next((name for name in LOCKFILES if (Path(root) / name).is_file()), None)
+
+
+def uses_npm(root: Path) -> bool:
+    """A project whose tests a Node runner miner reads runs, and which has no Python file."""
+    files = project_files(root)
+    if any(f.endswith(".py") for f in files) or "package.json" not in files:
+        return False
+    try:
+        return bool(project_command(root))
+    except ManifestError:
+        return False  # the test command's choice says why the project is skipped
+
+
+def _runner_lines(command: str, dev: dict) -> list[str]:
+    """tape, miner's, beside the project (see the module's docstring)."""
+    if not tape.is_tape_command(command):
+        return []
+    wanted = f"tape@{dev['tape']}" if isinstance(dev.get("tape"), str) else "tape"
+    # the runner is miner's: when the registry has no version in the project's range, its newest
+    fallback = f"miner: warning: {wanted} did not install: installing the registry's newest tape"
+    return [f"# the test runner, miner's: {wanted} in {RUNNER_DIR}, linked into the venv's bin and /sandbox/node_modules",
+            f"(mkdir -p {RUNNER_DIR} && cd {RUNNER_DIR} && echo '{{\"private\": true}}' > package.json"
+            f" && {{ npm install {NPM_FLAGS} {shlex.quote(wanted)} || {{ echo {shlex.quote(fallback)} >&2;"
+            f" npm install {NPM_FLAGS} tape; }}; }}) || exit 1",
+            f"mkdir -p {SANDBOX_ROOT}/node_modules && ln -sfn {RUNNER_DIR}/node_modules/tape {SANDBOX_ROOT}/node_modules/tape",
+            f"ln -sfn {RUNNER_DIR}/node_modules/.bin/tape {VENV_DIR}/bin/tape"]
+
+
+def install_lines(root: Path) -> list[str]:
+    """The build's npm lines for a project that uses_npm (else none)."""
+    if not uses_npm(root):
+        return []
+    manifest = read_manifest(root) or {}
+    dev = manifest.get("devDependencies") if isinstance(manifest.get("devDependencies"), dict) else {}
+    command = project_command(root) or ""
+    lines = _runner_lines(command, dev)
+    if lock := lockfile(root):
+        return [*lines, f"# node: the project's packages as {lock} locks them",
+                f"npm ci {NPM_FLAGS} || exit 1"]
+    keep = sorted((required_packages(root, command) & set(dev)) - {"tape"})
+    dropped = sorted(set(dev) - set(keep))
+    return [*lines,
+            "# node: package.json's dependencies and the dev dependencies the project's JavaScript requires"
+            f" ({', '.join(keep) or 'none'}); the others ({len(dropped)}: linters, coverage, types, the runner)"
+            " are dropped from package.json",
+            f"node -e {shlex.quote(_NARROW)} {' '.join(shlex.quote(k) for k in keep)} || exit 1",
+            f"npm install {NPM_FLAGS} || exit 1"]
+
+
+def parse_inventory(output: str) -> list[NodePackage]:
+    """The inventory script's JSON line as NodePackages (none when it printed nothing readable)."""
+    for line in reversed(output.strip().splitlines()):
+        try:
+            rows = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rows, list):
+            return [NodePackage(**row) for row in rows if isinstance(row, dict)]
+    return []
+
+
+def runtime_closure(packages: list[NodePackage], roots: list[str]) -> dict[str, int]:
+    """path -> depth of the installed packages the project's `dependencies` (`roots`) reach, each
+    dependency resolved as node does (the nearest node_modules above the requirer)."""
+    by_path = {p.path: p for p in packages}
+    depths: dict[str, int] = {}
+    queue = [(f"node_modules/{name}", 0) for name in roots]
+    while queue:
+        where, depth = queue.pop(0)
+        if where not in by_path or where in depths:
+            continue
+        depths[where] = depth
+        for name in by_path[where].requires:
+            queue.append((_resolve_from(where, name, by_path), depth + 1))
+    return depths
+
+
+def _resolve_from(where: str, name: str, by_path: dict[str, NodePackage]) -> str:
+    """The install path node loads `name` from when the package at `where` requires it: its own
+    node_modules, then each one above it."""
+    parts = where.split("/")
+    for end in range(len(parts), 0, -1):
+        if parts[end - 1] == "node_modules":
+            continue
+        if (candidate := "/".join([*parts[:end], "node_modules", name])) in by_path:
+            return candidate
+    return f"node_modules/{name}"
+
+
+def main_file(root: Path) -> str | None:
+    """package.json's `main` (None without one, or when package.json does not parse)."""
+    try:
+        manifest = read_manifest(root) or {}
+    except ManifestError:
+        return None
+    main = manifest.get("main")
+    return main if isinstance(main, str) else None
+
+
+def dependencies(root: Path) -> list[str]:
+    """package.json's runtime dependencies (names)."""
+    manifest = read_manifest(root) or {}
+    deps = manifest.get("dependencies")
+    return sorted(deps) if isinstance(deps, dict) else []
+
+
+def inventory_command() -> str:
+    return f"cd {shlex.quote(str(PurePosixPath(SANDBOX_ROOT) / 'project'))} && node -e {shlex.quote(INVENTORY_SCRIPT)}"
+
+
+
+def package_targets(root: Path, packages: list[NodePackage]) -> list[Target]:
+    """The installed packages the project's runtime dependencies reach, nearest first: what its
+    code loads (a package only dev dependencies need is the tests' tooling, not the project's)."""
+    depths = runtime_closure(packages, dependencies(root))
+    by_path = {p.path: p for p in packages}
+    return [Target(kind="node-package", name=by_path[where].name, path=where,
+                   attrs={"version": by_path[where].version, "entry": by_path[where].entry, "depth": depth,
+                          "entry_is_index": by_path[where].entry == f"{where}/index.js"})
+            for where, depth in sorted(depths.items(), key=lambda item: (item[1], item[0]))]
+
+
+def setting_targets(packages: list[NodePackage]) -> list[Target]:
+    """The process-wide settings node relies on: `node` (its options from the environment), for
+    a project npm built."""
+    return [Target(kind="setting", name="node", attrs={"aspect": "node"})] if packages else []

@@ -1,0 +1,85 @@
+"""tape (the TAP-producing test harness of many npm packages) with per-test results from its
+object stream, never from its TAP text.
+
+A tape command is what a package's scripts run, normalised to `tape [-r MODULE]... FILES...`
+(FILES may be globs, as tape takes them). miner runs each test file in its own node process under
+its reporter (tape-reporter.cjs, written beside the report), which subscribes to
+`tape.createStream({objectMode: true})` and writes the same JSON lines as node's reporter, so
+miner.ecosystems.node.runner.parse_report reads both. A test's id is its file then its name (and
+its parents' names, for subtests):
+
+    test/parse.js::parse()::parses a simple string
+
+A run of chosen tests runs their files; a deselected test runs and is dropped when parsed.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from importlib import resources
+from pathlib import PurePosixPath
+
+ID_SEPARATOR = "::"
+REQUIRE_OPTIONS = ("-r", "--require")
+
+
+def is_tape_command(command: str) -> bool:
+    """`tape …` or `npx tape …`."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    if words[:1] == ["npx"]:
+        words = [w for w in words[1:] if not w.startswith("-")][:1]
+    return bool(words) and PurePosixPath(words[0]).name == "tape"
+
+
+def split_command(command: str) -> tuple[list[str], list[str]]:
+    """(the modules tape is told to require first, its file and glob arguments)."""
+    words = shlex.split(command)
+    words = words[words.index("tape") + 1:] if "tape" in words else words[1:]
+    preload: list[str] = []
+    files: list[str] = []
+    it = iter(words)
+    for word in it:
+        if word in REQUIRE_OPTIONS:
+            preload.append(next(it, ""))
+        elif word.startswith("--require="):
+            preload.append(word.split("=", 1)[1])
+        elif not word.startswith("-"):
+            files.append(word)
+    return [p for p in preload if p], files
+
+
+def reporter_source() -> bytes:
+    return resources.files("miner.ecosystems.node").joinpath("tape-reporter.cjs").read_bytes()
+
+
+def _glob_word(pattern: str) -> str:
+    """A file or glob argument as bash expands it (globstar on): its glob characters unquoted."""
+    return "".join(c if c in "*?[]" else shlex.quote(c) for c in pattern) if any(c in pattern for c in "*?[") \
+        else shlex.quote(pattern)
+
+
+def suite_command(command: str, report: str, tests: list[str] | None = None, deselect: list[str] = ()) -> str:
+    """The shell command running the tape suite (or the files of `tests`) file by file under
+    miner's reporter, which appends to `report`; exit 1 when any file's run failed."""
+    preload, files = split_command(command)
+    if tests:
+        files = sorted({t.split(ID_SEPARATOR, 1)[0] for t in tests})
+    reporter = f"{report}.tape-reporter.cjs"
+    write = f"echo {base64.b64encode(reporter_source()).decode()} | base64 -d > {shlex.quote(reporter)}"
+    words = " ".join(_glob_word(f) for f in files)
+    run = (f"miner_tape_rc=0; shopt -s globstar nullglob; rm -f {shlex.quote(report)}; "
+           f"for miner_f in $(printf '%s\\n' {words} | sort -u); do "
+           f"node {shlex.quote(reporter)} {shlex.quote(report)} \"$miner_f\" {shlex.join(preload)} "
+           f"|| miner_tape_rc=1; done")
+    return f"{write} && {{ {run}; }}; rm -f {shlex.quote(reporter)}; (exit $miner_tape_rc)"
+
+
+def check_command(command: str, test_id: str) -> str:
+    """The command a person runs to see one test: tape on its file (tape selects no test by name)."""
+    preload, _ = split_command(command)
+    requires = [w for p in preload for w in ("-r", p)]
+    return shlex.join(["tape", *requires, test_id.split(ID_SEPARATOR, 1)[0]])

@@ -1,0 +1,146 @@
+"""npm projects (miner.ecosystems.node: npm, tape): the test command a package's scripts run, why a
+tarball is left out, the build's npm lines, the installed tree's runtime closure, npm sources, and
+(slow: the npm registry) tape's per-test results from a real run and a crawl of fixtures/node-lib."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import copy_fixture
+
+from miner.ecosystems.node import npm, runner, tape
+from miner.models import NodePackage
+from miner.sources import parse_source
+
+NODE = shutil.which("node")
+
+
+def write_package(root: Path, manifest: dict | str, files: dict[str, str] | None = None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+    (root / "package.json").write_text(text)
+    for rel, body in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body)
+    return root
+
+
+def test_the_test_command_follows_npm_run_and_drops_coverage(tmp_path: Path) -> None:
+    root = write_package(tmp_path / "a", {"scripts": {"pretest": "npm run lint", "test": "npm run tests-only",
+                                                      "tests-only": "nyc --reporter=text tape 'test/**/*.js'"},
+                                          "devDependencies": {"tape": "^5"}})
+    assert runner.project_command(root) == "tape 'test/**/*.js'"
+    assert runner.is_node_command("tape 'test/**/*.js'") and not runner.is_node_test_command("tape x")
+
+
+def test_node_running_a_tape_file_is_tape_and_node_test_stays(tmp_path: Path) -> None:
+    tape_user = write_package(tmp_path / "b", {"scripts": {"test": "npm run --silent tests-only",
+                                                           "tests-only": "nyc node test"},
+                                               "devDependencies": {"tape": "^5"}}, {"test/index.js": ""})
+    assert runner.project_command(tape_user) == "tape test/index.js"
+    node_test = write_package(tmp_path / "c", {"scripts": {"test": "c8 node --test test/"}})
+    assert runner.project_command(node_test) == "node --test test/"
+    mocha = write_package(tmp_path / "d", {"scripts": {"test": "mocha --reporter spec"}})
+    assert runner.project_command(mocha) is None
+
+
+def test_why_a_tarball_is_left_out(tmp_path: Path) -> None:
+    assert runner.suite_problem(tmp_path) == "no package.json"
+    broken = write_package(tmp_path / "broken", "{ not json")
+    assert runner.suite_problem(broken).startswith("package.json does not parse")
+    mocha = write_package(tmp_path / "mocha", {"scripts": {"test": "mocha test/"}})
+    assert "runs no test runner miner reads" in runner.suite_problem(mocha)
+    bare = write_package(tmp_path / "bare", {"scripts": {"test": "tape 'test/**/*.js'"}}, {"index.js": ""})
+    assert "ships no test files" in runner.suite_problem(bare)
+    kept = write_package(tmp_path / "kept", {"scripts": {"test": "tape 'test/**/*.js'"}}, {"test/a/b.js": ""})
+    assert runner.suite_problem(kept) is None
+
+
+def test_tape_runs_each_file_with_its_reporter_and_names_one_file_to_check() -> None:
+    command = "tape -r ./test/setup.js 'test/**/*.js'"
+    assert tape.split_command(command) == (["./test/setup.js"], ["test/**/*.js"])
+    script = tape.suite_command(command, "/tmp/r.jsonl")
+    assert "shopt -s globstar nullglob" in script and "test/**/*.js" in script and "./test/setup.js" in script
+    chosen = tape.suite_command(command, "/tmp/r.jsonl", tests=["test/b.js::x", "test/a.js::y::z", "test/a.js::w"])
+    assert "test/a.js test/b.js" in chosen and "**" not in chosen
+    assert runner.check_command(command, "test/a.js::parse::nested") == "tape -r ./test/setup.js test/a.js"
+    assert runner.run_passed(0, "# tests 3\n# pass  3\n\n# ok\n")
+    assert not runner.run_passed(1, "# tests 3\n# pass  2\n# fail  1\n")
+
+
+def test_the_build_installs_the_runner_apart_and_narrows_dev_dependencies() -> None:
+    root = Path(__file__).parents[1] / "fixtures" / "node-lib"
+    lines = "\n".join(npm.install_lines(root))
+    assert "'tape@^5.7.0'" in lines and "/sandbox/node_modules/tape" in lines and "/sandbox/venv/bin/tape" in lines
+    assert "the others (3: linters, coverage, types, the runner) are dropped" in lines
+    assert lines.rstrip().endswith("npm install --no-audit --no-fund --no-update-notifier --ignore-scripts "
+                                   "--loglevel=error || exit 1")
+    assert npm.dependencies(root) == ["debug", "escape-html", "ms"]
+
+
+def test_a_lockfile_is_installed_as_locked(tmp_path: Path) -> None:
+    root = write_package(tmp_path / "locked", {"scripts": {"test": "node --test"}},
+                         {"package-lock.json": "{}", "test/a.test.js": ""})
+    lines = npm.install_lines(root)
+    assert lines[-1].startswith("npm ci ") and not any("tape" in line for line in lines)
+    assert npm.install_lines(write_package(tmp_path / "py", {"scripts": {"test": "node --test"}},
+                                           {"setup.py": ""})) == []
+
+
+def test_the_runtime_closure_resolves_nested_copies_as_node_does() -> None:
+    packages = [NodePackage(path="node_modules/a", name="a", requires=["b", "c"]),
+                NodePackage(path="node_modules/a/node_modules/b", name="b", version="2.0.0", requires=["c"]),
+                NodePackage(path="node_modules/b", name="b", version="1.0.0"),
+                NodePackage(path="node_modules/c", name="c"),
+                NodePackage(path="node_modules/tape", name="tape", dev=True, requires=["b"])]
+    assert npm.runtime_closure(packages, ["a"]) == {"node_modules/a": 0, "node_modules/a/node_modules/b": 1,
+                                                    "node_modules/c": 1}
+    assert npm.package_of("@scope/pkg/sub") == "@scope/pkg" and npm.package_of("node:fs") is None
+    assert npm.package_of("es-errors/type") == "es-errors" and npm.package_of("../lib") is None
+
+
+def test_npm_sources_need_an_exact_version(tmp_path: Path) -> None:
+    source = parse_source("npm:qs@6.17.1", tmp_path)
+    assert (source.kind, source.location, source.name) == ("npm", "qs@6.17.1", "qs")
+    scoped = parse_source("npm:@ljharb/through@2.3.14", tmp_path)
+    assert scoped.location == "@ljharb/through@2.3.14" and scoped.name == "ljharb-through"
+    for bad, reason in [("npm:qs", "exact version"), ("npm:qs@^6", "exact version"), ("npm:Bad_Name@1.0.0", "name")]:
+        with pytest.raises(ValueError, match=reason):
+            parse_source(bad, tmp_path)
+
+
+def test_tape_reports_of_the_reporter_read_as_node_reports() -> None:
+    lines = [{"file": "test/a.js", "names": ["test/a.js", "parse", "nested"], "passed": True},
+             {"file": "test/a.js", "names": ["test/a.js", "fails"], "passed": False, "message": "should be equal"},
+             {"file": "test/b.js", "names": ["test/b.js"], "passed": False, "message": "Error: Cannot find module 'x'"}]
+    results = runner.parse_report("\n".join(json.dumps(line) for line in lines))
+    assert {k: v.outcome for k, v in results.items()} == {"test/a.js::parse::nested": "passed",
+                                                         "test/a.js::fails": "failed", "test/b.js": "error"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NODE is None or shutil.which("npm") is None, reason="node and npm")
+def test_the_tape_reporter_reads_a_real_run(tmp_path: Path) -> None:
+    """fixtures/node-lib installed from the registry, its tape suite run file by file under the
+    reporter: per-test results; with a package gone, the files loading it report its error."""
+    root = copy_fixture("node-lib", tmp_path / "node-lib")
+    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"], cwd=root,
+                   check=True, capture_output=True, timeout=600)
+    command = runner.project_command(root)
+
+    def run() -> dict[str, str]:
+        script = tape.suite_command(command, str(tmp_path / "report.jsonl"))
+        subprocess.run(["bash", "-c", script], cwd=root, capture_output=True, timeout=120)
+        return {k: v.outcome for k, v in runner.parse_report((tmp_path / "report.jsonl").read_text()).items()}
+
+    healthy = run()
+    assert len(healthy) == 6 and set(healthy.values()) == {"passed"}, healthy
+    shutil.rmtree(root / "node_modules" / "escape-html")
+    broken = run()
+    assert broken["test/html.js"] == "error" and broken["test/duration.js::humanDuration"] == "passed"
+    message = runner.parse_report((tmp_path / "report.jsonl").read_text())["test/html.js"].message
+    assert message.startswith("Error: Cannot find module 'escape-html'")
