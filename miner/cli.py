@@ -369,9 +369,14 @@ def counts_table(title: str, key_name: str, buckets: dict[str, dict[str, Any]], 
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
+@click.option("--coverage", is_flag=True,
+              help="Per project: the environment nodes its tests reach, which have a task, and why the others have none.")
 @click.pass_context
-def stats(ctx: click.Context, as_json: bool) -> None:
+def stats(ctx: click.Context, as_json: bool, coverage: bool) -> None:
     """Candidates tried, validated, rejected (by rule) and yield: total, per type, per project."""
+    if coverage:
+        _coverage(ctx, as_json)
+        return
     with open_store(ctx) as store:
         numbers = store.stats()
         numbers["llm"] = store.llm_stats()
@@ -396,6 +401,25 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     print_table(console, counts_table("per project", "repo", numbers["by_project"], extra=True))
     if numbers["llm"]["calls"]:
         print_llm_stats(console, numbers["llm"])
+
+
+def _coverage(ctx: click.Context, as_json: bool) -> None:
+    """`miner stats --coverage`: miner.coverage's table (or JSON)."""
+    from miner.coverage import project_coverage
+
+    with open_store(ctx) as store:
+        rows = project_coverage(store)
+    if as_json:
+        print_json([row.public() for row in rows])
+        return
+    table = Table(title="environment coverage per project")
+    for column in ("repo", "nodes reached", "with a task", "share", "by kind (with a task / reached)", "why none"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        kinds = ", ".join(f"{k} {v['with_task']}/{v['reached']}" for k, v in sorted(row.by_kind.items()))
+        why = row.error or ", ".join(f"{reason} {n}" for reason, n in sorted(row.reasons.items(), key=lambda kv: -kv[1]))
+        table.add_row(escape(row.repo), str(row.reached), str(row.with_task), percent(row.share), kinds, escape(why))
+    print_table(make_console(), table)
 
 
 def by_category(by_type: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -423,6 +423,12 @@ class Store:
         return {row["id"]: {"status": row["status"], "rule": row["rule"], "detail": row["detail"],
                             "f2p": json.loads(row["f2p_json"] or "[]")} for row in rows}
 
+    def target_rules(self, repo: str, commit: str) -> list[tuple[str, str, str | None]]:
+        """(target key, status, rule) of every stored candidate of a repository at a commit."""
+        rows = self._query('SELECT target, status, rule FROM candidates WHERE repo = ? AND "commit" = ?',
+                           (repo, commit))
+        return [(row["target"], row["status"], row["rule"]) for row in rows]
+
     def record_candidate(self, project_key: str, cand: Candidate) -> None:
         """Record a validated or rejected candidate; recording the same id again updates it."""
         inv = cand.inversion

@@ -144,3 +144,35 @@ def test_the_tape_reporter_reads_a_real_run(tmp_path: Path) -> None:
     assert broken["test/html.js"] == "error" and broken["test/duration.js::humanDuration"] == "passed"
     message = runner.parse_report((tmp_path / "report.jsonl").read_text())["test/html.js"].message
     assert message.startswith("Error: Cannot find module 'escape-html'")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NODE is None or shutil.which("npm") is None, reason="node and npm")
+def test_a_crawl_of_the_node_library_mines_node_tasks_and_its_coverage(tmp_path: Path) -> None:
+    """`miner crawl` of fixtures/node-lib (npm from the registry, tape), then `miner stats --coverage`:
+    tasks in three families, none of Python's, each failing only the tests of the package it broke
+    (or all of them for node's own options); every package the tests reach has a task; a
+    package.json that does not parse is skipped with its reason and the other line still runs."""
+    from conftest import run_miner, write_repos
+
+    from miner.store import Store
+
+    root = copy_fixture("node-lib", tmp_path / "node-lib")
+    broken = write_package(tmp_path / "broken", "{ not json", {"test/a.js": ""})
+    repos = write_repos(tmp_path / "repos.txt", [broken, root])
+    done = run_miner(tmp_path / "store", "crawl", "--repos", repos)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "package.json does not parse" in done.stdout + done.stderr
+    with Store(tmp_path / "store", create=False) as store:
+        tasks = store.list_tasks()
+        assert len(tasks) >= 5 and {t.family for t in tasks} >= {"deps", "fs", "env"}, [t.type_id for t in tasks]
+        assert not {t.family for t in tasks} & {"virtualenv"}
+        html = [t for t in tasks if t.target.key == "node-package:escape-html"]
+        assert html and all(set(t.f2p) == {"test/html.js::htmlLine escapes the message",
+                                           "test/html.js::htmlLine escapes the level"} for t in html)
+        instruction = (tmp_path / "store" / "tasks" / html[0].id / "instruction.md").read_text()
+        assert "tape test/html.js" in instruction and "Node.js project" in instruction
+    coverage = run_miner(tmp_path / "store", "stats", "--coverage", "--json")
+    rows = {row["repo"]: row for row in json.loads(coverage.stdout)}
+    row = rows[str(root)]
+    assert row["by_kind"]["packages"] == {"reached": 3, "with_task": 3} and row["with_task"] == row["reached"]
