@@ -176,3 +176,19 @@ def test_a_crawl_of_the_node_library_mines_node_tasks_and_its_coverage(tmp_path:
     rows = {row["repo"]: row for row in json.loads(coverage.stdout)}
     row = rows[str(root)]
     assert row["by_kind"]["packages"] == {"reached": 3, "with_task": 3} and row["with_task"] == row["reached"]
+
+
+def test_a_test_cut_short_by_its_file_takes_the_files_error() -> None:
+    """The instruction's error for a test that never ran because its file failed to load: the
+    file's error under a Node runner; under pytest nothing is made up (the test stays missing)."""
+    from miner.models import SuiteRun, TestResult
+    from miner.testing import observed
+
+    results = {"test/html.js": TestResult(id="test/html.js", outcome="error", message="Error: Cannot find module 'x'"),
+               "test/a.js::ok": TestResult(id="test/a.js::ok", outcome="passed")}
+    node = SuiteRun(command="tape 'test/**/*.js'", exit_code=1, duration=0.1, results=results)
+    found = observed(node, "test/html.js::escapes")
+    assert found is not None and found.outcome == "error" and found.message.startswith("Error: Cannot find module")
+    assert observed(node, "test/a.js::ok").outcome == "passed" and observed(node, "test/b.js::gone") is None
+    pytest_run = SuiteRun(command="python -m pytest", exit_code=1, duration=0.1, results=results)
+    assert observed(pytest_run, "test/html.js::escapes") is None

@@ -375,19 +375,20 @@ class ManifestCache:
                 raise ExportError(str(exc)) from None
         return self._boot
 
-    def get(self, stage: str, files: dict[str, bytes], test_command: str) -> dict:
+    def get(self, stage: str, files: dict[str, bytes], test_command: str, tests: bool = True) -> dict:
         """The healthy stage's manifest (the verifier's --collect output), with `healthy_outcomes`:
-        the suite run by `test_command` in that image, per test."""
+        the suite run by `test_command` in that image, per test (none for a task whose checks are
+        its probes alone, `tests` False: a Dockerized service without a suite)."""
         context = {k: v for k, v in files.items() if k != "break.sh"}
         build = content_id(stage, {k: hashlib.sha256(v).hexdigest() for k, v in sorted(context.items())}, length=24)
-        key = content_id(build, verifier_digest(), test_command, length=24)
+        key = content_id(build, verifier_digest(), test_command if tests else "", length=24)
         if key in self.memory:
             return self.memory[key]
         path = self.folder / f"{key}.json"
         if path.is_file():
             self.memory[key] = json.loads(path.read_text())
             return self.memory[key]
-        manifest = self._measure(build, stage, context, test_command)
+        manifest = self._measure(build, stage, context, test_command if tests else None)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
         tmp.write_text(json.dumps(manifest, sort_keys=True))
@@ -400,7 +401,7 @@ class ManifestCache:
             self.client = images.docker_client()
         return self.client
 
-    def _measure(self, key: str, stage: str, context: dict[str, bytes], test_command: str) -> dict:
+    def _measure(self, key: str, stage: str, context: dict[str, bytes], test_command: str | None) -> dict:
         """Build the healthy stage (tagged by its inputs: a rebuild reuses the tag and Docker's layer
         cache, which later builds of the task's own Dockerfile share), run --collect and the suite inside it."""
         client = self._client()
@@ -415,7 +416,8 @@ class ManifestCache:
                                                  target=project_stage.group(1)).attrs)
             build_stage(client, Path(tmp), tag, images.labels("healthy", export="1"))
         self.built += 1
-        manifest = run_collector(client, tag) | {"healthy_outcomes": healthy_outcomes(client, tag, test_command)}
+        outcomes = healthy_outcomes(client, tag, test_command) if test_command is not None else {}
+        manifest = run_collector(client, tag) | {"healthy_outcomes": outcomes}
         return manifest | {"image": image} if image is not None else manifest
 
 
@@ -475,6 +477,11 @@ def healthy_outcomes(client, image: str, test_command: str) -> dict[str, str]:
     if not results:
         raise ExportError(f"the healthy image's test suite gave no report: {(err or out).strip()[-400:]}")
     return {test: result.outcome for test, result in results.items()}
+
+
+def has_tests(task) -> bool:
+    """Whether a task's checks include tests of the suite, not only derived probes."""
+    return any(not t.startswith("probe::") for t in [*task.f2p, *task.p2p])
 
 
 def judged_in_image(ts: TaskSource, manifest: dict) -> TaskSource:

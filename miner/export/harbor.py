@@ -46,6 +46,7 @@ from miner.export.common import (
     dockerfile,
     environment_files,
     evidence_metadata,
+    has_tests,
     healthy_stage,
     judged_in_image,
     instruction,
@@ -152,7 +153,8 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     runner_spec(ts.task.test_command)  # fail fast: the verifier must be able to run the tests
     separate = options.verifier_mode == "separate"
     context = environment_files(ts, pip, project_tarball(ts.project.path))
-    manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context, ts.task.test_command)
+    manifest = manifests.get(healthy_stage(ts, options.base_image, pip), context, ts.task.test_command,
+                             has_tests(ts.task))
     ts = judged_in_image(ts, manifest)
     boot_options = " --kill-ancestors" + (" --restore /logs/artifacts" if separate else "")
     tests = {"test.sh": test_script(ts, manifest, options=boot_options).encode()}

@@ -30,6 +30,7 @@ from miner.export.common import (
     dockerfile,
     environment_files,
     evidence_metadata,
+    has_tests,
     healthy_stage,
     judged_in_image,
     instruction,
@@ -116,7 +117,7 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     context = environment_files(ts, pip, project_tarball(ts.project.path))
     # measured on the image the task runs in: the harness's tools (tmux) change the loader's cache
     manifest = manifests.get(healthy_stage(ts, options.base_image, pip, tools_stage=TOOLS_STAGE), context,
-                             ts.task.test_command)
+                             ts.task.test_command, has_tests(ts.task))
     ts = judged_in_image(ts, manifest)
     text = dockerfile(ts, options.base_image, pip, prefix="environment/", tools_stage=TOOLS_STAGE)
     files: dict[str, bytes] = {
