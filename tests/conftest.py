@@ -112,6 +112,15 @@ def write_repos(path: Path, lines: list[str | Path]) -> Path:
     return path
 
 
+def crawl_fixture(base: Path, name: str, *args: str) -> Path:
+    """A copy of fixtures/NAME crawled into base/store (`miner crawl --repos` with `args`); base."""
+    shutil.copytree(FIXTURES / name, base / name)
+    repos = write_repos(base / "repos.txt", [base / name])
+    done = run_miner(base / "store", "crawl", "--repos", repos, *args)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return base
+
+
 def summary_rows(output: str) -> dict[str, dict[str, str]]:
     """The rows of the closing crawl table, keyed by project, from a crawl's piped output (where
     tables print as tab-separated lines: a "# title" line, the header, one line a row)."""

@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, run_miner, write_repos
+from conftest import crawl_fixture, run_miner
 
 from miner.models import HealthyState
 from miner.store import Store
@@ -25,12 +25,7 @@ PYTHON_FAMILIES = {"deps", "virtualenv"}
 
 @pytest.fixture(scope="module")
 def node_crawl(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("node-crawl")
-    shutil.copytree(FIXTURES / "node-service", root / "node-service")
-    repos = write_repos(root / "repos.txt", [root / "node-service"])
-    done = run_miner(root / "store", "crawl", "--repos", repos, "--backend", "docker")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return root
+    return crawl_fixture(tmp_path_factory.mktemp("node-crawl"), "node-service", "--backend", "docker")
 
 
 def test_the_suite_runs_under_node_with_per_test_results(node_crawl: Path) -> None:

@@ -7,11 +7,10 @@ verifier judges the probes alone.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, run_miner, write_repos
+from conftest import crawl_fixture, run_miner
 
 from miner.store import Store
 
@@ -22,12 +21,7 @@ PYTHON_FAMILIES = {"deps", "virtualenv"}
 
 @pytest.fixture(scope="module")
 def perl_crawl(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("perl-crawl")
-    shutil.copytree(FIXTURES / "perl-service", root / "perl-service")
-    repos = write_repos(root / "repos.txt", [root / "perl-service"])
-    done = run_miner(root / "store", "crawl", "--repos", repos, "--backend", "docker")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return root
+    return crawl_fixture(tmp_path_factory.mktemp("perl-crawl"), "perl-service", "--backend", "docker")
 
 
 def test_five_tasks_in_three_families_from_what_the_service_reads(perl_crawl: Path) -> None:
