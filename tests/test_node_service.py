@@ -8,7 +8,6 @@ out beneath it.
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
