@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from miner.ecosystems.node import npm
 from miner.ecosystems.node.runner import ManifestError
+from miner.ecosystems.node.runner import suite_problem as node_suite_problem
 from miner.models import (
     PROJECT_DIR,
     Distribution,
@@ -307,6 +308,16 @@ def _protected_files(backend: Backend, env: Healthy, project: Project,
     return hashes, protected
 
 
+def foreign_suite(root: Path) -> str | None:
+    """Why a project outside Python whose package.json names its tests cannot be measured (its
+    test script runs a runner miner does not read), None otherwise: pytest would find nothing
+    and say only that."""
+    files = project_files(root)
+    if "package.json" not in files or any(f.endswith(".py") for f in files):
+        return None
+    return node_suite_problem(root)
+
+
 def measure_project(backend: Backend, env: Healthy, project: Project, spec: BuildSpec,
                     timeout: float, parallel: bool = False) -> HealthyState:
     """record_healthy plus what the backend sees beyond the project: probes derived from a
@@ -317,6 +328,8 @@ def measure_project(backend: Backend, env: Healthy, project: Project, spec: Buil
         command = pytest_command(project)
     except ManifestError as exc:
         raise SkipProject(str(exc)) from exc
+    if not extra_probes and (problem := foreign_suite(Path(project.path))):
+        raise SkipProject(problem)
     state = record_healthy(backend, env, project, spec, command, timeout=timeout,
                            extra_probes=extra_probes, extra=backend.run_derived_probes if extra_probes else None,
                            parallel=parallel)

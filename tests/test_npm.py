@@ -152,17 +152,24 @@ def test_a_crawl_of_the_node_library_mines_node_tasks_and_its_coverage(tmp_path:
     """`miner crawl` of fixtures/node-lib (npm from the registry, tape), then `miner stats --coverage`:
     tasks in three families, none of Python's, each failing only the tests of the package it broke
     (or all of them for node's own options); every package the tests reach has a task; a
-    package.json that does not parse is skipped with its reason and the other line still runs."""
-    from conftest import run_miner, write_repos
+    package.json that does not parse, a test script of another runner and a suite with no test are
+    skipped with their reasons, and the other line still runs."""
+    from conftest import run_miner, summary_rows, write_repos
 
     from miner.store import Store
 
     root = copy_fixture("node-lib", tmp_path / "node-lib")
     broken = write_package(tmp_path / "broken", "{ not json", {"test/a.js": ""})
-    repos = write_repos(tmp_path / "repos.txt", [broken, root])
+    mocha = write_package(tmp_path / "mocha", {"scripts": {"test": "mocha"}}, {"test/a.js": "it('x', () => {});"})
+    empty = write_package(tmp_path / "empty", {"scripts": {"test": "tape test/*.js"}, "devDependencies": {"tape": "^5"}},
+                          {"test/a.js": "// no test here"})
+    repos = write_repos(tmp_path / "repos.txt", [broken, mocha, empty, root])
     done = run_miner(tmp_path / "store", "crawl", "--repos", repos)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "package.json does not parse" in done.stdout + done.stderr
+    rows = summary_rows(done.stdout)
+    assert "package.json does not parse" in rows[str(broken)]["reason / by type"]
+    assert "runs no test runner miner reads (node --test, tape): 'mocha'" in rows[str(mocha)]["reason / by type"]
+    assert rows[str(empty)]["status"] == "skipped" and "no tests" in rows[str(empty)]["reason / by type"]
     with Store(tmp_path / "store", create=False) as store:
         tasks = store.list_tasks()
         assert len(tasks) >= 5 and {t.family for t in tasks} >= {"deps", "fs", "env"}, [t.type_id for t in tasks]
