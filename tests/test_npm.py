@@ -199,3 +199,19 @@ def test_a_test_cut_short_by_its_file_takes_the_files_error() -> None:
     assert observed(node, "test/a.js::ok").outcome == "passed" and observed(node, "test/b.js::gone") is None
     pytest_run = SuiteRun(command="python -m pytest", exit_code=1, duration=0.1, results=results)
     assert observed(pytest_run, "test/html.js::escapes") is None
+
+
+@pytest.mark.skipif(NODE is None, reason="node")
+def test_a_file_whose_node_never_started_carries_nodes_error(tmp_path: Path) -> None:
+    """node refusing to start (a NODE_OPTIONS preload that is not there) writes no report line:
+    the file becomes its own entry with node's first error line, the one a person sees."""
+    import os
+
+    root = write_package(tmp_path / "p", {"scripts": {"test": "tape test/*.js"}}, {"test/a.js": "", "test/b.js": ""})
+    script = tape.suite_command("tape test/*.js", str(tmp_path / "report.jsonl"))
+    env = {**os.environ, "NODE_OPTIONS": f"--require {tmp_path}/missing-preload.js"}
+    done = subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    results = runner.parse_report((tmp_path / "report.jsonl").read_text())
+    assert set(results) == {"test/a.js", "test/b.js"} and {r.outcome for r in results.values()} == {"error"}
+    assert results["test/a.js"].message == f"Error: Cannot find module '{tmp_path}/missing-preload.js'"

@@ -56,6 +56,15 @@ def reporter_source() -> bytes:
     return resources.files("miner.ecosystems.node").joinpath("tape-reporter.cjs").read_bytes()
 
 
+# A file whose node process stopped before the reporter wrote a line (node refused to start: a bad
+# NODE_OPTIONS) is its own entry, carrying the first error line node printed.
+_NO_REPORT = ("grep -qF \"\\\"file\\\":\\\"$miner_f\\\"\" {report} 2>/dev/null || {{ "
+              "miner_e=$(grep -m1 -E '^[A-Za-z]*Error' {errors} | head -c 300); "
+              "miner_e=${{miner_e//\\\\/\\\\\\\\}}; miner_e=${{miner_e//\\\"/\\\\\\\"}}; "
+              "printf '{{\"file\": \"%s\", \"names\": [\"%s\"], \"passed\": false, \"message\": \"%s\"}}\\n' "
+              "\"$miner_f\" \"$miner_f\" \"${{miner_e:-node stopped before running the file}}\" >> {report}; }}")
+
+
 def _glob_word(pattern: str) -> str:
     """A file or glob argument as bash expands it (globstar on): its glob characters unquoted."""
     return "".join(c if c in "*?[]" else shlex.quote(c) for c in pattern) if any(c in pattern for c in "*?[") \
@@ -71,10 +80,12 @@ def suite_command(command: str, report: str, tests: list[str] | None = None, des
     reporter = f"{report}.tape-reporter.cjs"
     write = f"echo {base64.b64encode(reporter_source()).decode()} | base64 -d > {shlex.quote(reporter)}"
     words = " ".join(_glob_word(f) for f in files)
-    run = (f"miner_tape_rc=0; shopt -s globstar nullglob; rm -f {shlex.quote(report)}; "
+    quoted, errors = shlex.quote(report), shlex.quote(f"{report}.stderr")
+    run = (f"miner_tape_rc=0; shopt -s globstar nullglob; rm -f {quoted}; "
            f"for miner_f in $(printf '%s\\n' {words} | sort -u); do "
-           f"node {shlex.quote(reporter)} {shlex.quote(report)} \"$miner_f\" {shlex.join(preload)} "
-           f"|| miner_tape_rc=1; done")
+           f"node {shlex.quote(reporter)} {quoted} \"$miner_f\" {shlex.join(preload)} 2> {errors}; "
+           f"miner_file_rc=$?; cat {errors} >&2; if [ $miner_file_rc -ne 0 ]; then miner_tape_rc=1; "
+           f"{_NO_REPORT.format(report=quoted, errors=errors)}; fi; done; rm -f {errors}")
     return f"{write} && {{ {run}; }}; rm -f {shlex.quote(reporter)}; (exit $miner_tape_rc)"
 
 
