@@ -279,18 +279,21 @@ def _runtime(test_command: str) -> str:
 
 
 def render_instruction(symptom: Symptom, test_command: str, also_checked: str = "", variant: str = "symptom",
-                       hint: str = "") -> str:
+                       hint: str = "", suite: bool = True) -> str:
     """The markdown instruction for one symptom; `also_checked` names the image checks (image_checks).
 
-    variant "hard" leaves the error text out; "hinted" adds `hint` (area_sentence) after it.
+    variant "hard" leaves the error text out; "hinted" adds `hint` (area_sentence) after it. A
+    project without a test suite (`suite` False: a Dockerized service judged by its probes alone)
+    is asked for its checks, with no test command, runtime or language named.
     """
     others = symptom.failing - 1
     also = f"; {others} other check{'s' if others != 1 else ''} that used to pass fail{'' if others != 1 else 's'} too"
+    what = "its test suite passed" if suite else "its checks passed"
     parts = [
-        "# Make the test suite pass again",
+        "# Make the test suite pass again" if suite else "# Make the project's checks pass again",
         "",
-        f"The {_language(test_command)}project in `{PROJECT_DIR}` used to work: its test suite passed. Something around the "
-        f"project has changed since, and the check below {_outcome_words(symptom.outcome)}"
+        f"The {_language(test_command) if suite else ''}project in `{PROJECT_DIR}` used to work: {what}. Something "
+        f"around the project has changed since, and the check below {_outcome_words(symptom.outcome)}"
         f"{also if others > 0 else ''}. Run in `{PROJECT_DIR}`:",
         "",
         "```bash",
@@ -302,16 +305,20 @@ def render_instruction(symptom: Symptom, test_command: str, also_checked: str = 
         parts += ["Its output starts with:", "", "```text", *symptom.message, "```", ""]
     if hint and variant == "hinted":
         parts += [hint, ""]
+    if suite:
+        parts += ["Find the cause and repair the environment the project runs in, so that the whole suite "
+                  f"(`{test_command}`, run in `{PROJECT_DIR}`) passes again. {_runtime(test_command)}", ""]
+    else:
+        parts += ["Find the cause and repair the environment the project runs in, so that this check and "
+                  "the ones below pass again.", ""]
     parts += [
-        "Find the cause and repair the environment the project runs in, so that the whole suite "
-        f"(`{test_command}`, run in `{PROJECT_DIR}`) passes again. {_runtime(test_command)}",
-        "",
         *([also_checked, ""] if also_checked else []),
         "Rules:",
         "",
         "- Do not modify the project's source code or its tests: they are checked and must stay "
         "byte-for-byte as they are.",
-        "- Do not skip, deselect or delete tests, and do not change how they are run.",
+        "- Do not skip, deselect or delete tests, and do not change how they are run." if suite else
+        "- Do not change how the project is started or checked.",
         "- Restore what the project expects instead of working around it.",
         "",
     ]
@@ -331,5 +338,6 @@ def write_instructions(task: Task, candidate: Candidate, healthy: HealthyState,
     probes = {p.id: p for p in [*healthy.probes, *task.probes]}
     command = plain_test_command(task.test_command or healthy.test_command)
     hint = area_sentence(categories if categories is not None else [task.category])
-    return {variant: render_instruction(symptom, command, image_checks(task, probes), variant, hint)
+    suite = any(not t.startswith("probe::") for t in healthy.outcomes)
+    return {variant: render_instruction(symptom, command, image_checks(task, probes), variant, hint, suite)
             for variant in INSTRUCTION_VARIANTS}

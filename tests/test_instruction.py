@@ -223,3 +223,18 @@ def test_a_compound_hint_names_every_part_area_once():
     assert text.startswith("Hint: 3 separate things are broken")
     assert text.count(AREAS["dependencies"]) == 1 and AREAS["network-security"] in text
     assert area_sentence(["no-such-category"]) == "Hint: the cause lies in the environment around the project."
+
+
+def test_a_project_judged_by_its_probes_alone_is_asked_for_its_checks() -> None:
+    """A Dockerized service without a suite (fixtures/perl-service): no pytest, no venv, no language."""
+    from miner.instruction import Symptom, render_instruction
+
+    symptom = Symptom(command="perl tallyd.pl &\nsleep 3", check="probe::http::8080/", outcome="failed",
+                      message=["HTTP status 500, expected 200"], failing=2)
+    text = render_instruction(symptom, "python -m pytest", "The container's own behaviour is checked as well.",
+                              suite=False)
+    assert text.startswith("# Make the project's checks pass again")
+    assert "The project in `/sandbox/project` used to work: its checks passed." in text
+    assert "pytest" not in text and "Python" not in text and "venv" not in text and "skip" not in text
+    with_suite = render_instruction(symptom, "python -m pytest")
+    assert "the whole suite (`python -m pytest`" in with_suite and "The Python project" in with_suite

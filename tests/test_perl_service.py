@@ -39,6 +39,8 @@ def test_five_tasks_in_three_families_from_what_the_service_reads(perl_crawl: Pa
     assert not families & PYTHON_FAMILIES
     data = [t for t in tasks if t.family == "data"]
     assert data and all(t.f2p == ["probe::http::8080/"] for t in data)  # only the board reads the prices
+    instruction = (perl_crawl / "store" / "tasks" / data[0].id / "instruction.md").read_text()
+    assert instruction.startswith("# Make the project's checks pass again") and "pytest" not in instruction
 
 
 def test_exported_probe_only_tasks_check_out(perl_crawl: Path, tmp_path: Path) -> None:
