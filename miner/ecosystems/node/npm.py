@@ -138,7 +138,7 @@ def install_lines(root: Path) -> list[str]:
     if lock := lockfile(root):
         return [*lines, f"# node: the project's packages as {lock} locks them",
                 f"npm ci {NPM_FLAGS} || exit 1"]
-    keep = sorted((required_packages(root, command) & set(dev)) - {"tape"})
+    keep = test_dependencies(root)
     dropped = sorted(set(dev) - set(keep))
     return [*lines,
             "# node: package.json's dependencies and the dev dependencies the project's JavaScript requires"
@@ -198,6 +198,13 @@ def main_file(root: Path) -> str | None:
     return main if isinstance(main, str) else None
 
 
+def test_dependencies(root: Path) -> list[str]:
+    """The dev dependencies the test files load (tape, miner's runner, aside): what the build keeps."""
+    manifest = read_manifest(root) or {}
+    dev = manifest.get("devDependencies") if isinstance(manifest.get("devDependencies"), dict) else {}
+    return sorted((required_packages(root, project_command(root) or "") & set(dev)) - {"tape"})
+
+
 def dependencies(root: Path) -> list[str]:
     """package.json's runtime dependencies (names)."""
     manifest = read_manifest(root) or {}
@@ -211,13 +218,17 @@ def inventory_command() -> str:
 
 
 def package_targets(root: Path, packages: list[NodePackage]) -> list[Target]:
-    """The installed packages the project's runtime dependencies reach, nearest first: what its
-    code loads (a package only dev dependencies need is the tests' tooling, not the project's)."""
-    depths = runtime_closure(packages, dependencies(root))
+    """The installed packages the project's code and its tests load, nearest first: its runtime
+    dependencies and the dev dependencies the test files require (a test helper is part of the
+    environment the suite runs in, as a test extra is for Python), each with what they depend on.
+    tape, miner's runner, is not among them."""
+    runtime = runtime_closure(packages, dependencies(root))
+    depths = {**runtime_closure(packages, test_dependencies(root)), **runtime}
     by_path = {p.path: p for p in packages}
     return [Target(kind="node-package", name=by_path[where].name, path=where,
                    attrs={"version": by_path[where].version, "entry": by_path[where].entry, "depth": depth,
-                          "entry_is_index": by_path[where].entry == f"{where}/index.js"})
+                          "entry_is_index": by_path[where].entry == f"{where}/index.js",
+                          "test_only": where not in runtime})
             for where, depth in sorted(depths.items(), key=lambda item: (item[1], item[0]))]
 
 
