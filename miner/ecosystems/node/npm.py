@@ -4,7 +4,7 @@ The build (install_lines, appended to miner.install's script) installs, in the p
 
   - with a lockfile (package-lock.json, npm-shrinkwrap.json): `npm ci`, as locked;
   - without one (a registry tarball): package.json's dependencies and the dev dependencies the
-    project's JavaScript requires; its other dev dependencies (linters, coverage, types, release
+    test files load (test_dependencies); its other dev dependencies (linters, coverage, types, release
     tools) are dropped from package.json's devDependencies before `npm install`, which writes the
     lockfile. A tarball's dev dependencies often cannot all install (a dist-tag the registry does
     not serve, a native build) and are never needed by its tests.
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from miner.ecosystems.node import code, tape
 from miner.ecosystems.node.runner import ManifestError, project_command, read_manifest, split_command
-from miner.models import SANDBOX_ROOT, VENV_DIR, NodePackage, Target
+from miner.models import PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, NodePackage, Target
 from miner.projectfiles import project_files
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
@@ -213,7 +213,7 @@ def dependencies(root: Path) -> list[str]:
 
 
 def inventory_command() -> str:
-    return f"cd {shlex.quote(str(PurePosixPath(SANDBOX_ROOT) / 'project'))} && node -e {shlex.quote(INVENTORY_SCRIPT)}"
+    return f"cd {shlex.quote(PROJECT_DIR)} && node -e {shlex.quote(INVENTORY_SCRIPT)}"
 
 
 
