@@ -80,6 +80,10 @@ def test_the_build_installs_the_runner_apart_and_narrows_dev_dependencies() -> N
     assert lines.rstrip().endswith("npm install --no-audit --no-fund --no-update-notifier --ignore-scripts "
                                    "--loglevel=error || exit 1")
     assert npm.dependencies(root) == ["debug", "escape-html", "ms"]
+    # a project without package.json (a Dockerized service in another language) has no npm part
+    service = Path(__file__).parents[1] / "fixtures" / "perl-service"
+    assert npm.install_lines(service) == [] and npm.test_dependencies(service) == []
+    assert npm.package_targets(service, []) == []
 
 
 def test_a_lockfile_is_installed_as_locked(tmp_path: Path) -> None:

@@ -200,9 +200,12 @@ def main_file(root: Path) -> str | None:
 
 def test_dependencies(root: Path) -> list[str]:
     """The dev dependencies the test files load (tape, miner's runner, aside): what the build keeps."""
-    manifest = read_manifest(root) or {}
+    try:
+        manifest, command = read_manifest(root) or {}, project_command(root)
+    except ManifestError:
+        return []
     dev = manifest.get("devDependencies") if isinstance(manifest.get("devDependencies"), dict) else {}
-    return sorted((required_packages(root, project_command(root) or "") & set(dev)) - {"tape"})
+    return sorted((required_packages(root, command) & set(dev)) - {"tape"}) if command and dev else []
 
 
 def dependencies(root: Path) -> list[str]:
@@ -222,6 +225,8 @@ def package_targets(root: Path, packages: list[NodePackage]) -> list[Target]:
     dependencies and the dev dependencies the test files require (a test helper is part of the
     environment the suite runs in, as a test extra is for Python), each with what they depend on.
     tape, miner's runner, is not among them."""
+    if not packages:
+        return []
     runtime = runtime_closure(packages, dependencies(root))
     depths = {**runtime_closure(packages, test_dependencies(root)), **runtime}
     by_path = {p.path: p for p in packages}
