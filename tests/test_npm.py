@@ -84,6 +84,8 @@ def test_the_build_installs_the_runner_apart_and_narrows_dev_dependencies() -> N
     service = Path(__file__).parents[1] / "fixtures" / "perl-service"
     assert npm.install_lines(service) == [] and npm.test_dependencies(service) == []
     assert npm.package_targets(service, []) == []
+    # a Dockerized Node project's image installs what it needs: miner adds no npm step to it
+    assert npm.install_lines(Path(__file__).parents[1] / "fixtures" / "node-service") == []
 
 
 def test_a_lockfile_is_installed_as_locked(tmp_path: Path) -> None:

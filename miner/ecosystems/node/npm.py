@@ -102,9 +102,10 @@ def lockfile(root: Path) -> str | None:
 
 
 def uses_npm(root: Path) -> bool:
-    """A project whose tests a Node runner miner reads runs, and which has no Python file."""
+    """A project whose tests a Node runner miner reads runs, which has no Python file and no
+    Dockerfile (a Dockerized project's image installs what it needs: its build is its own)."""
     files = project_files(root)
-    if any(f.endswith(".py") for f in files) or "package.json" not in files:
+    if any(f.endswith(".py") for f in files) or "package.json" not in files or "Dockerfile" in files:
         return False
     try:
         return bool(project_command(root))
@@ -141,7 +142,7 @@ def install_lines(root: Path) -> list[str]:
     keep = test_dependencies(root)
     dropped = sorted(set(dev) - set(keep))
     return [*lines,
-            "# node: package.json's dependencies and the dev dependencies the project's JavaScript requires"
+            "# node: package.json's dependencies and the dev dependencies the test files load"
             f" ({', '.join(keep) or 'none'}); the others ({len(dropped)}: linters, coverage, types, the runner)"
             " are dropped from package.json",
             f"node -e {shlex.quote(_NARROW)} {' '.join(shlex.quote(k) for k in keep)} || exit 1",
