@@ -413,8 +413,10 @@ class NameEntry:
     problem: str = ""
 
 
-def read_names(path: Path, start: int | None = None, end: int | None = None) -> list[NameEntry]:
-    """The entries of a names file (one a line, `#` comments), positions start..end (1-based, inclusive)."""
+def read_names(path: Path, start: int | None = None, end: int | None = None,
+               parse: Callable[[str], NameEntry] | None = None) -> list[NameEntry]:
+    """The entries of a names file (one a line, `#` comments), positions start..end (1-based,
+    inclusive), each read by `parse` (a PyPI requirement by default)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -423,7 +425,7 @@ def read_names(path: Path, start: int | None = None, end: int | None = None) -> 
     for line in lines:
         text = line.split("#", 1)[0].strip()
         if text:
-            entries.append(_name_entry(text))
+            entries.append((parse or _name_entry)(text))
     if start is not None and end is not None and end < start:
         raise DiscoverError(f"--to {end} is before --from {start}")
     if start is not None and start > len(entries):
@@ -587,11 +589,7 @@ def check_npm(entry: NameEntry, cache: Path) -> tuple[bool, str, str]:
 
 def discover_npm(names: Path, out: Path, cache: Path, options: Options, say: Callable[[str], None]) -> Discovery:
     """Check the npm names of a names file (NAME or NAME@RANGE a line) and write the repos file `out`."""
-    try:
-        lines = Path(names).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DiscoverError(f"cannot read the names file {names}: {exc}") from None
-    entries = [_npm_entry(text) for line in lines if (text := line.split("#", 1)[0].strip())]
+    entries = read_names(names, parse=_npm_entry)
     candidates = (Candidate(f"npm:{e.name or e.text}@{e.spec}", e.name or e.text,
                             lambda e=e: check_npm(e, cache), options.criteria("npm")) for e in entries)
     return run(candidates, out, f"miner discover --npm {names}", options, say, len(entries))

@@ -28,7 +28,7 @@ import shlex
 from pathlib import Path
 
 from miner.ecosystems.node import code, tape
-from miner.ecosystems.node.runner import ManifestError, project_command, read_manifest, split_command
+from miner.ecosystems.node.runner import ManifestError, command_files, project_command, read_manifest
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, NodePackage, Target
 from miner.projectfiles import project_files
 
@@ -72,7 +72,7 @@ def package_of(specifier: str) -> str | None:
 
 def test_files(root: Path, command: str) -> list[str]:
     """The project files the test command runs (its file and glob arguments)."""
-    files = tape.split_command(command)[1] if tape.is_tape_command(command) else split_command(command)[2]
+    files = command_files(command)
     found = {str(path.relative_to(root)) for pattern in files or ["test"] for path in Path(root).glob(pattern)}
     found |= {str(p.relative_to(root)) for rel in list(found) if (Path(root) / rel).is_dir()
               for p in (Path(root) / rel).rglob("*.*js")}

@@ -190,6 +190,11 @@ def project_command(root: Path) -> str | None:
     return None
 
 
+def command_files(command: str) -> list[str]:
+    """The file and glob arguments of a Node test command (tape's or node --test's)."""
+    return tape.split_command(command)[1] if tape.is_tape_command(command) else split_command(command)[2]
+
+
 def suite_problem(root: Path) -> str | None:
     """Why the project's tests cannot run under a Node runner miner reads (None when they can):
     no package.json, one that does not parse, a test script miner does not read, test files absent."""
@@ -203,7 +208,7 @@ def suite_problem(root: Path) -> str | None:
     if command is None:
         scripts = data.get("scripts") if isinstance(data.get("scripts"), dict) else {}
         return f"its test script runs no test runner miner reads (node --test, tape): {scripts.get('test')!r}"
-    files = tape.split_command(command)[1] if tape.is_tape_command(command) else split_command(command)[2]
+    files = command_files(command)
     patterns = files or ["**/*.test.js", "**/*.test.mjs", "**/*.test.cjs", "test/**/*.js", "test/**/*.mjs"]
     if not any(path.is_file() and "node_modules" not in path.parts
                for pattern in patterns for path in Path(root).glob(pattern)):
