@@ -101,13 +101,15 @@ def differences(before: dict[str, dict], after: dict[str, dict]) -> dict[str, li
 
 @pytest.fixture
 def frozen() -> Iterator[Path]:
-    """A private copy of miner's code, inventory-app and stocksync (whose lock, cache, user config,
-    TLS and plugin give the home, net and state families targets), visible read-only in sandboxes."""
+    """A private copy of miner's code, inventory-app, stocksync (whose lock, cache, user config,
+    TLS and plugin give the home, net and state families targets) and node-lib (npm packages, for
+    the Node types), visible read-only in sandboxes."""
     root = Path(tempfile.mkdtemp(prefix="miner-host-safety-", dir="/var/tmp"))
     try:
         shutil.copytree(REPO_ROOT / "miner", root / "miner", ignore=shutil.ignore_patterns("__pycache__"))
         copy_fixture("inventory-app", root / "fixtures" / "inventory-app")
         copy_fixture("stocksync", root / "fixtures" / "stocksync")
+        copy_fixture("node-lib", root / "fixtures" / "node-lib")
         yield root
     finally:
         shutil.rmtree(root)
@@ -132,7 +134,8 @@ def test_a_crawl_applying_every_local_type_leaves_the_host_unchanged(frozen: Pat
     wanted = {t["id"] for t in inversions if "local" in t["backends"]}
     assert len(wanted) >= 15
     repos = write_repos(tmp_path / "repos.txt", [f"{frozen / 'fixtures' / 'inventory-app'} {OVERRIDES}",
-                                                 f"{frozen / 'fixtures' / 'stocksync'} {STOCKSYNC_OVERRIDES}"])
+                                                 f"{frozen / 'fixtures' / 'stocksync'} {STOCKSYNC_OVERRIDES}",
+                                                 str(frozen / "fixtures" / "node-lib")])
     before = host_snapshot(frozen, tmp_path, store)
     assert str(frozen / "miner" / "sandbox" / "local.py") in before["miner code and fixture"]
     assert str(tmp_path / "repos.txt") in before["store parent"] and len(before["home"]) > 100
