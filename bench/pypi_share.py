@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from miner.healthy import SkipProject
-from miner.install import tox_environments
+from miner.ecosystems.python.install import tox_environments
 from miner.models import Source
 from miner.prepare import Prepared, prepare
 from miner.sandbox import get_backend

@@ -46,7 +46,7 @@ from packaging.version import InvalidVersion, Version
 
 from miner.ecosystems.node.npm import dependencies as npm_dependencies
 from miner.ecosystems.node.runner import project_command
-from miner.install import PytestConfig, read_pytest_config
+from miner.ecosystems.python.install import PytestConfig, read_pytest_config
 from miner.models import Source
 from miner.projectfiles import in_test_tree, is_doc, project_files
 from miner.sources import NPM_NAME, PYPI_URL, FetchError, IndexUnreachable, fetch, index_json

@@ -32,7 +32,7 @@ from miner.models import (
 )
 from miner.projectfiles import is_protected, project_files, test_file_of
 from miner.sandbox.base import Backend, BuildSpec, Healthy, Sandbox, word_chunks
-from miner.testing import pytest_command, run_suite_then
+from miner.testing import command_of, run_suite_then
 from miner.timing import Clock, timed
 
 MINER_DIR = "/sandbox/.miner"
@@ -325,7 +325,7 @@ def measure_project(backend: Backend, env: Healthy, project: Project, spec: Buil
     (`state.system`). The local backend adds nothing."""
     extra_probes = backend.derived_probes(env)
     try:
-        command = pytest_command(project)
+        command = command_of(project)
     except ManifestError as exc:
         raise SkipProject(str(exc)) from exc
     if not extra_probes and (problem := foreign_suite(Path(project.path))):

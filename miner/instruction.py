@@ -30,11 +30,10 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from miner.ecosystems.node import runner as node_runner
+from miner import ecosystems
 from miner.models import (
     INSTRUCTION_VARIANTS,
     PROJECT_DIR,
-    VENV_DIR,
     Candidate,
     Evidence,
     HealthyState,
@@ -120,11 +119,9 @@ def plain_test_command(command: str) -> str:
 
 
 def check_command(test_command: str, check: str) -> str:
-    """The command that runs one test of the suite (pytest's node id, or node's name pattern)."""
+    """The command that runs one test of the suite (pytest's node id, node's name pattern, ...)."""
     plain = plain_test_command(test_command)
-    if node_runner.is_node_command(plain):
-        return node_runner.check_command(plain, check)
-    return f"{plain} {shlex.quote(check)}"
+    return ecosystems.runner_for(plain).check_command(plain, check)
 
 
 def probe_command(probe: Probe) -> str:
@@ -269,13 +266,11 @@ def area_sentence(categories: list[str]) -> str:
 
 
 def _language(test_command: str) -> str:
-    return "Node.js " if node_runner.is_node_command(test_command) else "Python "
+    return ecosystems.runner_for(test_command).language + " "
 
 
 def _runtime(test_command: str) -> str:
-    if node_runner.is_node_command(test_command):
-        return "The project runs on the system's Node.js (`node`)."
-    return f"The project uses the Python of the virtual environment in `{VENV_DIR}`."
+    return ecosystems.runner_for(test_command).runtime
 
 
 def render_instruction(symptom: Symptom, test_command: str, also_checked: str = "", variant: str = "symptom",

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from miner import __version__
 from miner.healthy import measure_project
-from miner.install import build_spec
+from miner.ecosystems import build_spec
 from miner.models import HealthyState, Project, Source, content_id
 from miner.sandbox.base import Backend, BuildSpec, Healthy
 from miner.sources import FetchError, fetch, cache_entry

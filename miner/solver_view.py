@@ -31,7 +31,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from miner.ecosystems.node import runner as node_runner
+from miner import ecosystems
 from miner.models import PROJECT_DIR, SolverView
 
 # The solver's shells: a login shell as terminus-2 opens it (interactive, so it reads /etc/profile
@@ -51,8 +51,6 @@ VOLATILE = ((re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"pytest-\d+"), 
             (re.compile(r"\b(\w+\.c):\d+"), r"\1:?"))
 # How pytest's junit report words an error in a fixture (the console prints the error itself).
 JUNIT_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)$')
-PASSED = re.compile(r"\b\d+ passed\b")
-SKIPPED = re.compile(r"\b\d+ skipped\b")
 
 # The shell's state a command can depend on, printed with builtins alone (a break may empty PATH):
 # options only an interactive shell sets differently (history, line editing, job control,
@@ -192,11 +190,8 @@ def passes(view: SolverView, run: ShellRun) -> bool:
     import or a console script: stdout; an image's command: both streams as one); a service's
     answer is fetched."""
     probe = view.probe
-    if probe is None and node_runner.is_node_command(view.command):
-        return node_runner.run_passed(run.exit_code, run.output)
     if probe is None:
-        skipped = view.outcome == "skipped" and SKIPPED.search(run.output)
-        return run.exit_code == 0 and bool(PASSED.search(run.output)) and not skipped
+        return ecosystems.runner_for(view.command).run_passed(run.exit_code, run.output, view.outcome)
     if probe.kind == "http":  # the fetch of the service's answer
         return run.exit_code == 0
     expected = probe.expected_exit if probe.expected_exit is not None else 0

@@ -42,7 +42,7 @@ from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from miner.ecosystems.node.runner import suite_problem as node_suite_problem
-from miner.install import pip_errors
+from miner.ecosystems.python.install import pip_errors
 from miner.models import Project, Source, SourceError
 from miner.projectfiles import skipped_dir
 

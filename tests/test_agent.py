@@ -20,7 +20,7 @@ from test_host_safety import content_snapshot, leftover_processes
 from miner import graph as graphs
 from miner.catalogue import load_catalogue
 from miner.healthy import measure_project
-from miner.install import build_spec
+from miner.ecosystems import build_spec
 from miner.inverters.agent import SUBMIT, SYSTEM_PROMPT, Agent, AgentSettings, Goal, make_goals
 from miner.inverters.targets import enumerate_targets
 from miner.llm import LLMClient, LLMSettings, TokenBudget

@@ -280,7 +280,7 @@ def test_native_sources_count_only_inside_packages_and_ignored_tests_do_not() ->
     assert assess(launcher, Options())[0]
     speedups = Listing(["src/markupsafe/__init__.py", "src/markupsafe/_speedups.c", *tests])
     assert assess(speedups, Options())[1] == "compiled build step: C sources (src/markupsafe/_speedups.c)"
-    from miner.install import PytestConfig
+    from miner.ecosystems.python.install import PytestConfig
 
     legacy = Listing(["pkg/__init__.py", "tests/_TODO_legacy/test_old.py"],
                      config=PytestConfig(addopts=["--ignore=tests/_TODO_legacy/"], source="setup.cfg"))

@@ -30,13 +30,13 @@ from miner.cli import main
 from miner.export import ExportOptions, export_tasks, select_tasks
 from miner.export.archive import FIXED_MTIME, project_tarball
 from miner.evidence import needs_network
-from miner.export.common import ExportError, TaskSource, compose_override, constraints, network_route, pytest_args
+from miner.export.common import ExportError, TaskSource, compose_override, constraints, network_route
 from miner.export.harbor import task_config
 from miner.models import Evidence, HealthyState, Project, Source, Target, Task, content_id
 from miner.sandbox.base import BuildSpec
 from miner.sandbox.docker import images
 from miner.store import Store
-from miner.testing import parse_junit
+from miner.ecosystems.python.pytest import parse_junit, pytest_args
 
 ASSETS = Path(__file__).resolve().parent.parent / "miner" / "assets"
 
@@ -119,7 +119,7 @@ def test_pytest_args_of_test_commands() -> None:
     assert pytest_args("python -m pytest") == []
     assert pytest_args("python3 -m pytest -x tests/unit") == ["-x", "tests/unit"]
     assert pytest_args("pytest -k 'not slow'") == ["-k", "not slow"]
-    with pytest.raises(ExportError, match="not a plain pytest"):
+    with pytest.raises(ValueError, match="not a plain pytest"):
         pytest_args("make test")
 
 

@@ -44,7 +44,7 @@ from miner.healthy import discover_probes
 from miner.models import Distribution, HealthyState, Outcome, Probe, Project, Source, Target, Task
 from miner.store import Store
 from miner.tasks import difficulty
-from miner.testing import REPORT_FLAGS, parse_junit
+from miner.ecosystems.python.pytest import REPORT_FLAGS, parse_junit
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -783,7 +783,7 @@ def test_graph_command_draws_a_stored_task(stockapp: Built, tmp_path: Path) -> N
     from click.testing import CliRunner
 
     from miner.cli import main
-    from miner.install import build_spec
+    from miner.ecosystems import build_spec
     from miner.prepare import state_key
     from miner.sources import fetch
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from miner.healthy import SkipProject, record_healthy
-from miner.install import build_spec
+from miner.ecosystems import build_spec
 from miner.models import HealthyState, Project
 from miner.sandbox.base import Healthy
 from miner.sandbox.local import LocalBackend

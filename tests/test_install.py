@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from miner.install import (
+from miner.ecosystems.python.install import (
     build_spec,
     chosen_extras,
     declared_extras,
@@ -26,7 +26,7 @@ from miner.install import (
 from miner.models import Project, Source
 from miner.sandbox.base import BuildError, Limits
 from miner.sandbox.local import LocalBackend
-from miner.testing import pytest_command, run_suite
+from miner.testing import command_of, run_suite
 
 
 # miner's default interpreter: the real file behind the base (non-venv) python.
@@ -162,7 +162,7 @@ def test_tox_deps_of_the_test_environments(tmp_path: Path) -> None:
     assert "-e '.[cli]'" in script and "pip install --progress-bar off pytest -rrequirements/tests.txt six ||" in script
     assert "tox deps" not in build_spec(project(root, {}, {"tox_env": ""})).install_script
     # tox runs once per state of the config files: an edited tox.ini is read again, then reused
-    from miner.install import _run_tox_config
+    from miner.ecosystems.python.install import _run_tox_config
 
     runs = _run_tox_config.cache_info().misses
     (root / "tox.ini").write_text(TOX_INI.replace("six", "attrs"))
@@ -235,7 +235,7 @@ def build_and_test(proj: Project, workdir: Path) -> dict[str, str]:
     backend = LocalBackend()
     healthy = backend.build(proj, build_spec(proj, Limits(timeout=400)), workdir)
     with backend.fork(healthy) as box:
-        suite = run_suite(box, pytest_command(proj), timeout=300)
+        suite = run_suite(box, command_of(proj), timeout=300)
     assert suite.results, suite.output_tail
     return suite.outcomes()
 

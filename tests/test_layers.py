@@ -21,7 +21,7 @@ LAYERS = {
     "miner.sandbox": {"miner.models", "miner.sandbox", "miner.projectfiles"},
     "miner.store": {"miner.models"},
     "miner.catalogue": {"miner.models"},
-    "miner.ecosystems": {"miner.models", "miner.ecosystems", "miner.projectfiles"},
+    "miner.ecosystems": {"miner.models", "miner.ecosystems", "miner.projectfiles", "miner.sandbox.base"},
     "miner.graph": {"miner.models", "miner.graph", "miner.projectfiles", "miner.ecosystems"},
 }
 

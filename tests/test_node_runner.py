@@ -13,7 +13,7 @@ import pytest
 from miner.ecosystems.node import runner
 from miner.instruction import check_command
 from miner.models import PROJECT_DIR
-from miner.testing import pytest_command
+from miner.testing import command_of
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "node-service"
 
@@ -79,14 +79,14 @@ def test_the_project_command_comes_from_package_json(tmp_path: Path) -> None:
                        repo=str(root), commit="x")
 
     node = project({"package.json": json.dumps({"scripts": {"test": "node --test test/"}}), "server.js": ""})
-    assert pytest_command(node) == "node --test test/"
+    assert command_of(node) == "node --test test/"
     mixed = project({"package.json": json.dumps({"scripts": {"test": "node --test"}}), "tool.py": ""})
-    assert pytest_command(mixed) == "python -m pytest"
+    assert command_of(mixed) == "python -m pytest"
     mocha = project({"package.json": json.dumps({"scripts": {"test": "mocha"}})})
-    assert pytest_command(mocha) == "python -m pytest"
+    assert command_of(mocha) == "python -m pytest"
     broken = project({"package.json": "{\"scripts\": "})
     with pytest.raises(runner.ManifestError, match="package.json does not parse"):
-        pytest_command(broken)
+        command_of(broken)
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")

@@ -32,7 +32,7 @@ from conftest import (
 
 from miner.catalogue import load_catalogue, select_types
 from miner.healthy import run_checks
-from miner.install import build_spec
+from miner.ecosystems import build_spec
 from miner.models import PROJECT_DIR, Task, content_id
 from miner.pipeline import CrawlOptions, choose_candidates
 from miner.sandbox.base import Healthy, Sandbox

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from miner.catalogue import load_catalogue, render
-from miner.install import build_spec
+from miner.ecosystems import build_spec
 from miner.models import Project, Source, Target
 from miner.sandbox.base import BackendUnavailable, BuildError, Limits
 from miner.sandbox.docker import gateway, images

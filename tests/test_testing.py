@@ -12,7 +12,8 @@ from miner.healthy import hash_tree
 from miner.models import Project, Source
 from miner.sandbox.base import BuildSpec, Healthy, Limits
 from miner.sandbox.local import LocalBackend
-from miner.testing import node_id, outcome_diff, parse_junit, pytest_command, run_suite, suite_command
+from miner.ecosystems.python.pytest import node_id, parse_junit, suite_command
+from miner.testing import command_of, outcome_diff, run_suite
 
 TEST_A = '''
 import os, time, unittest
@@ -211,9 +212,9 @@ def test_node_id_without_file_guesses_module_from_case() -> None:
 
 def test_pytest_command_and_suite_command(tmp_path: Path) -> None:
     plain = make_project(tmp_path / "a")
-    assert pytest_command(plain) == "python -m pytest"
+    assert command_of(plain) == "python -m pytest"
     custom = make_project(tmp_path / "b", {"test": "python -m pytest tests/sub -x"})
-    assert pytest_command(custom) == "python -m pytest tests/sub -x"
+    assert command_of(custom) == "python -m pytest tests/sub -x"
     line = suite_command("python -m pytest", "/sandbox/.miner/r.xml", ["t.py::test_a[x y]"])
     assert line.startswith("python -m pytest --junitxml=/sandbox/.miner/r.xml -o junit_family=xunit1")
     assert line.endswith("'t.py::test_a[x y]'")

@@ -22,7 +22,7 @@ from conftest import FIXTURES
 
 from miner.catalogue import load_catalogue
 from miner.evidence import MAX_FIX_LITERAL
-from miner.install import build_spec
+from miner.ecosystems import build_spec
 from miner.inverters.procedural import ProceduralInverter
 from miner.inverters.targets import enumerate_targets
 from miner.models import Candidate, Evidence, Inversion, Project, Target

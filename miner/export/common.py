@@ -44,6 +44,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from miner import __version__
+from miner import ecosystems
 from miner.ecosystems.node import runner as node_runner
 from miner.evidence import NETWORK_EVIDENCE
 from miner.export.archive import walk
@@ -65,7 +66,6 @@ DEFAULT_ORG = "miner"
 CATEGORY = "environment-repair"
 BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: build isolation needs new ones
 TEST_DIR_NAMES = {"test", "tests", "testing"}
-PYTEST_LAUNCHERS = ({"python", "python3"}, {"pytest", "py.test"})
 MANIFEST_TIMEOUT = 600
 HEALTHY_SUITE_TIMEOUT = 1800  # seconds the healthy suite may take in the healthy image
 INDEX_HOSTS = ("pypi.org", "files.pythonhosted.org")  # pip's default index and where it serves files
@@ -466,14 +466,12 @@ def healthy_outcomes(client, image: str, test_command: str) -> dict[str, str]:
     """The suite's outcome per test in a fresh, network-less container of the healthy image: the
     image's interpreter and system are not the sandbox's the task was mined in (a patch release of
     Python, a library of the base image), and a P2P test that fails here judges nothing."""
-    from miner.testing import runner_of
-
-    run_suite, parse = runner_of(test_command)
+    runner = ecosystems.runner_for(test_command)
     report = "/tmp/miner-healthy.report"
-    script = f"cd {PROJECT_DIR}; {run_suite(test_command, report)} >/dev/null 2>&1; cat {report}"
+    script = f"cd {PROJECT_DIR}; {runner.suite_command(test_command, report)} >/dev/null 2>&1; cat {report}"
     code, out, err = gateway.run_once(client, image, ["bash", "-c", script], timeout=HEALTHY_SUITE_TIMEOUT,
                                       network_disabled=True, labels=images.labels("fork", purpose="export-suite"))
-    results = parse(out) if code == 0 else {}
+    results = runner.parse_report(out) if code == 0 else {}
     if not results:
         raise ExportError(f"the healthy image's test suite gave no report: {(err or out).strip()[-400:]}")
     return {test: result.outcome for test, result in results.items()}
@@ -503,25 +501,10 @@ def judged_in_image(ts: TaskSource, manifest: dict) -> TaskSource:
 def runner_spec(test_command: str) -> dict:
     """How the verifier runs a task's tests: pytest with its arguments, or node's test runner with
     its options (ExportError for any other command)."""
-    if node_runner.is_node_test_command(test_command):
-        return {"runner": "node", "node_args": node_runner.split_command(test_command)[1], "pytest_args": []}
-    return {"runner": "pytest", "pytest_args": pytest_args(test_command)}
-
-
-def pytest_args(test_command: str) -> list[str]:
-    """The pytest arguments of a task's test command (`python -m pytest ARGS` or `pytest ARGS`)."""
     try:
-        argv = shlex.split(test_command or "python -m pytest")
+        return ecosystems.runner_for(test_command).verifier_spec(test_command)
     except ValueError as exc:
-        raise ExportError(f"test command {test_command!r} cannot be parsed: {exc}") from None
-    python, pytest = PYTEST_LAUNCHERS
-    launcher = argv[0] if argv else ""
-    if len(argv) >= 3 and (os.path.basename(launcher) in python or launcher == "$MINER_PYTHON") \
-            and argv[1:3] == ["-m", "pytest"]:
-        return argv[3:]
-    if argv and os.path.basename(argv[0]) in pytest:
-        return argv[1:]
-    raise ExportError(f"test command {test_command!r} is not a plain pytest invocation the verifier can guard")
+        raise ExportError(str(exc)) from None
 
 
 def project_relative(path: str | None) -> str | None:
@@ -800,7 +783,7 @@ class SourceLoader:
                           dockerized=dockerized, variant=variant)
 
     def _fetch(self, task: Task) -> tuple[Project, BuildSpec, HealthyState | None]:
-        from miner.install import build_spec
+        from miner.ecosystems import build_spec
         from miner.sources import FetchError, fetch
 
         source = task.source

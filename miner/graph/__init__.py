@@ -22,7 +22,7 @@ difficulty lives with task making (miner.tasks); `miner graph` is a verb of mine
 """
 
 from miner.graph.build import build_graph, canonical, file_kind, module_names, pytest_config, split_test_id
-from miner.graph.parse import MAIN_SCOPE, ClassDef, Function, Scope, SourceFile, parse_files, parse_source
+from miner.ecosystems.python.code import MAIN_SCOPE, ClassDef, Function, Scope, SourceFile, parse_files, parse_source
 from miner.graph.render import FORMATS, GraphvizMissing, highlight_nodes, to_dot, to_json, write_graph
 from miner.graph.select import UNMODELLED_KINDS, depth, predict, select_targets, target_nodes
 

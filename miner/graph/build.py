@@ -1,7 +1,7 @@
 """The networkx builder: a project's parsed files and its healthy inventory become one "depends on" graph.
 
 Reads the project folder on the host (the files miner.projectfiles calls project files) and the
-recorded HealthyState; runs nothing. Each Python file is parsed by miner.graph.parse; installed
+recorded HealthyState; runs nothing. Each Python file is parsed by miner.ecosystems.python.code; installed
 distributions come from the healthy inventory (top-level modules, files, requirements, console
 scripts); in containers, the system inventory adds the shared libraries extension modules load
 and their Debian packages. Calls between the project's functions are matched by name among the
@@ -48,7 +48,7 @@ from miner import ecosystems
 from miner.ecosystems.node import npm
 from miner.ecosystems.node.code import JS_SUFFIXES, parse_js_files
 from miner.ecosystems.node.code import resolve as resolve_js
-from miner.graph.parse import MAIN_SCOPE, Scope, SourceFile, last_name, parse_files
+from miner.ecosystems.python.code import MAIN_SCOPE, Scope, SourceFile, last_name, parse_files
 from miner.models import HealthyState, Project
 from miner.projectfiles import is_test_file, project_files, test_file_of
 

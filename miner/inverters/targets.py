@@ -7,7 +7,7 @@ procedural inverter (miner.inverters.procedural) decides how to break each targe
     targets = enumerate_targets(project, healthy, extra=backend_targets)
 
 Read from the project's files on the host (project.path: the files miner.projectfiles calls
-project files), its code (parsed once with tree-sitter by miner.graph.parse: `code_facts`) and
+project files), its code (parsed once with tree-sitter by miner.ecosystems.python.code: `code_facts`) and
 the healthy state:
 
   distribution  what the project requires, transitively (its own at depth 0), minus pip,

@@ -109,7 +109,7 @@ class Limits:
 
 @dataclass
 class BuildSpec:
-    """What to install: produced by miner.install from the project and its overrides."""
+    """What to install: produced by miner.ecosystems.build_spec from the project and its overrides."""
 
     python: str = "python3"  # interpreter used to create the venv
     install_script: str = ""  # shell script run in /sandbox/project with network on

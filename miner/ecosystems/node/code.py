@@ -1,6 +1,6 @@
 """Tree-sitter parsing of JavaScript files: what each file requires, reads and names.
 
-The Node counterpart of miner.graph.parse, per file rather than per scope: the modules it loads
+The Node counterpart of miner.ecosystems.python.code, per file rather than per scope: the modules it loads
 (`require("x")`, `import ... from "x"`, `import("x")`), the environment variables it reads
 (`process.env.X`, `process.env["X"]`) and its string literals (which may name project files:
 `path.join(__dirname, "..", "config", "quotd.json")`). A relative specifier is resolved to a

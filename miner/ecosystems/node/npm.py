@@ -1,6 +1,7 @@
 """npm's part of the build and of the healthy inventory: what is installed where, and how.
 
-The build (install_lines, appended to miner.install's script) installs, in the project folder:
+The build (install_lines, appended by miner.ecosystems.build_spec to Python's script) installs, in
+the project folder:
 
   - with a lockfile (package-lock.json, npm-shrinkwrap.json): `npm ci`, as locked;
   - without one (a registry tarball): package.json's dependencies and the dev dependencies the

@@ -24,6 +24,7 @@ import shlex
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
+from miner.ecosystems.base import Runner
 from miner.ecosystems.node import tape
 from miner.models import PROJECT_DIR, TestResult
 
@@ -245,3 +246,27 @@ def run_passed(exit_code: int, output: str) -> bool:
     no failed one (a test its name pattern leaves out is counted as skipped)."""
     passed, failed = PASS_COUNT.findall(output), FAIL_COUNT.findall(output)
     return exit_code == 0 and bool(passed) and int(passed[-1]) > 0 and not (failed and int(failed[-1]))
+
+
+def _node_verifier_spec(command: str) -> dict:
+    return {"runner": "node", "node_args": split_command(command)[1], "pytest_args": []}
+
+
+def _tape_verifier_spec(command: str) -> dict:
+    raise ValueError(f"test command {command!r} runs tape: the exported verifier runs pytest and node's "
+                     "test runner, not tape yet")
+
+
+RUNTIME = "The project runs on the system's Node.js (`node`)."
+NODE_TEST = Runner(
+    name="node --test", language="Node.js", runtime=RUNTIME, claims=is_node_test_command,
+    suite_command=suite_command, parse_report=parse_report, check_command=check_command,
+    run_passed=lambda code, output, healthy_outcome="passed": run_passed(code, output),
+    verifier_spec=_node_verifier_spec, file_errors_stand_for_tests=True,
+)
+TAPE = Runner(
+    name="tape", language="Node.js", runtime=RUNTIME, claims=tape.is_tape_command,
+    suite_command=tape.suite_command, parse_report=parse_report, check_command=check_command,
+    run_passed=NODE_TEST.run_passed, verifier_spec=_tape_verifier_spec, file_errors_stand_for_tests=True,
+)
+RUNNERS = (NODE_TEST, TAPE)

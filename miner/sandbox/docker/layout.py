@@ -15,9 +15,9 @@ image), laid out like every sandbox (see miner.sandbox.base):
 
 build.sh (`build_script`) installs the shell's startup files (miner.sandbox.layout: ~/.bashrc holds
 the environment, ~/.profile, the hooks in /etc/profile.d/ and /etc/bash.bashrc for every user),
-creates the venv and runs miner.install's script in the project folder. A Dockerized project's
-WORKDIR (where its files are) becomes /sandbox/project, with a symlink left at the old place, so
-the project is exactly what its image holds. A broken snapshot is the healthy image plus one
+creates the venv and runs the build's install script (miner.ecosystems.build_spec) in the project
+folder. A Dockerized project's WORKDIR (where its files are) becomes /sandbox/project, with a
+symlink left at the old place, so the project is exactly what its image holds. A broken snapshot is the healthy image plus one
 layer running the break script (`break_dockerfile`). `image_facts` reads what running a
 Dockerized project's image needs.
 """

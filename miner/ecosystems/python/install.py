@@ -35,7 +35,6 @@ from typing import Any
 from packaging.markers import InvalidMarker, Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
-from miner.ecosystems.node import npm
 from miner.models import VENV_DIR, Project
 from miner.sandbox.base import BuildError, BuildSpec, Limits
 
@@ -572,7 +571,6 @@ def install_script(project: Project, extras: list[str], extra_args: list[str],
     lines += ["# pytest and the plugins its configuration names", f"{_group(_pip(['pytest'], locked))} || exit 1"]
     if plugins:
         lines += _optional_lines("pytest plugin", [_pip([p], locked) for p in plugins])
-    lines += npm.install_lines(Path(root))
     return "\n".join(lines) + "\n"
 
 
@@ -609,7 +607,8 @@ def build_python_version(project: Project) -> str:
 
 
 def build_spec(project: Project, limits: Limits | None = None, *, backend: str = "local") -> BuildSpec:
-    """How to build `project`: interpreter, install script, environment, limits."""
+    """How to build `project`'s Python part: interpreter, install script, environment, limits
+    (miner.ecosystems.build_spec adds the other ecosystems' lines)."""
     overrides = project.source.overrides
     tox = chosen_tox(project)
     script = install_script(project, chosen_extras(project, tox.extras), shlex.split(overrides.get("install", "")), tox,
