@@ -106,6 +106,12 @@ SENSITIVE_ENV = (
 )
 HELD_PREFIXES = ("PYTHON", "PYTEST_", "LD_", "NODE_")  # every variable of these families is held too
 NODE_REPORTER = "node_reporter.mjs"  # miner's reporter for node's test runner (spec "runner": "node")
+TAPE_REPORTER = "tape_reporter.cjs"  # miner's reporter for tape, one node process a file (spec "runner": "tape")
+# The trees node loads a project's packages and miner's runner from: the project's node_modules, the
+# folders above it (miner links tape into /sandbox/node_modules), node's global folders under $HOME,
+# miner's own install of tape. As healthy, byte for byte (absent where the healthy image has none).
+NODE_TREES = ("node_modules", "/sandbox/node_modules", "/node_modules", "/sandbox/home/.node_modules",
+              "/sandbox/home/.node_libraries", "/sandbox/.miner-node")
 NEVER_PASSED = ("BASH_ENV", "ENV")  # a shell the tests start reads no startup file
 # The startup files besides the environment file (spec "env_file"): they may hold only healthy lines.
 STARTUP_FILES = ("/sandbox/home/.profile", "/sandbox/home/.bash_profile", "/sandbox/home/.bash_login",
@@ -342,6 +348,11 @@ def system_candidates(sys_path: list[str], venv: str, runtime: list[list[str]]) 
             *system.SYSTEM_EXTRAS]
 
 
+def node_trees(project: str) -> list[str]:
+    """The NODE_TREES of a project (absolute paths)."""
+    return [os.path.join(project, tree) for tree in NODE_TREES]
+
+
 def startup_texts(env_file: str) -> dict[str, str | None]:
     """The text of every startup file (None where the image has none): the environment file, the
     others STARTUP_FILES names, and each file of /etc/profile.d."""
@@ -408,6 +419,7 @@ def collect(args: argparse.Namespace) -> int:
         "system": system.system_manifest(system_candidates(sys_path, venv, runtime), skip),
         # the roots Python imports from: their bytecode caches are deleted before the tests
         "python_roots": system.system_roots([*sys_path, *sys.path, venv], skip),
+        "node_trees": {root: system.tree_digests(root) for root in node_trees(project)},
     }
     json.dump(manifest, sys.stdout, sort_keys=True)
     return 0
@@ -556,6 +568,13 @@ class Verifier:
         for path in changes:
             self.problem(f"{when}, {path} differs from the healthy image (a system file was added, removed "
                          "or modified)")
+        trees = self.manifest.get("node_trees")
+        if trees is None:
+            self.problem("the healthy manifest has no node_modules part (export the task again)")
+            return
+        for path in system.system_changes(trees, (), self.memo):
+            self.problem(f"{when}, {path} differs from the healthy image (an installed Node package or the "
+                         "test runner's files were added, removed or modified)")
         if not changes and when == "before the tests":
             system.clear_bytecode(self.manifest.get("python_roots", sorted(healthy)), self.skip)
 
@@ -598,7 +617,8 @@ class Verifier:
                 self.problem(f"protected file {rel} was modified")
 
     def check_new_files(self) -> None:
-        """conftest.py, pytest config files and runner-shadowing modules the healthy tree lacked."""
+        """conftest.py, pytest config files, runner-shadowing modules and files in a node_modules
+        folder that the healthy tree lacked."""
         healthy = self.manifest["project"]
         watched = {"conftest.py", *PYTEST_CONFIGS}
         for rel, full in walk_files(self.project):
@@ -606,7 +626,9 @@ class Verifier:
             stem = name.split(".", 1)[0]
             parts = rel.split(os.sep)
             module = name.endswith((".py", ".pyc", ".so", ".pth")) or os.path.isdir(full)
+            # a package in a node_modules folder inside the project is loaded before the project's own
             suspicious = name in watched or name.startswith("conftest.") or (stem in SHADOW_NAMES and module) \
+                or "node_modules" in parts[:-1] \
                 or any(p in SHADOW_NAMES for p in parts[:-1]) or (stem in STDLIB_NAMES and module) \
                 or (name == "__init__.py" and len(parts) > 1 and parts[-2] in STDLIB_NAMES)
             if suspicious and rel not in healthy:
@@ -685,6 +707,8 @@ class Verifier:
             return {}, {"outcomes": {}, "violations": []}
         if self.spec.get("runner") == "node":
             return self.run_node_tests(tests)
+        if self.spec.get("runner") == "tape":
+            return self.run_tape_tests(tests)
         junit = os.path.join(self.work, "junit.xml")
         guard = os.path.join(self.work, "guard.json")
         allowed = os.path.join(self.work, "allowed.json")
@@ -747,6 +771,28 @@ class Verifier:
                 outcomes = parse_node_report(handle.read(), self.project)
         except OSError as exc:
             self.problem(f"node's test runner wrote no report ({exc})")
+            outcomes = {}
+        return outcomes, {"outcomes": {k: v[0] for k, v in outcomes.items()}, "violations": []}
+
+    def run_tape_tests(self, tests: list[str]) -> tuple[dict[str, list[str]], dict]:
+        """tape over the files of `tests`, one node process a file under miner's reporter (copied
+        into the fresh work folder), which loads the healthy tape (/sandbox/node_modules, checked
+        with the system) and appends JSON lines as node's reporter does."""
+        node = shutil.which("node", path=self.env.get("PATH", ""))
+        if node is None:
+            self.problem("node is not on the healthy PATH")
+            return {}, {"outcomes": {}, "violations": []}
+        reporter, report = os.path.join(self.work, TAPE_REPORTER), os.path.join(self.work, "tape.jsonl")
+        shutil.copyfile(os.path.join(HERE, TAPE_REPORTER), reporter)
+        files = sorted({t.split("::", 1)[0] for t in tests})
+        print(f"verifier: running {len(tests)} tests (tape, {len(files)} files)", flush=True)
+        for file in files:
+            self.run_suite([node, reporter, report, file, *self.spec.get("tape_preload", [])])
+        try:
+            with open(report, "rb") as handle:
+                outcomes = parse_node_report(handle.read(), self.project)
+        except OSError as exc:
+            self.problem(f"tape's reporter wrote no report ({exc})")
             outcomes = {}
         return outcomes, {"outcomes": {k: v[0] for k, v in outcomes.items()}, "violations": []}
 

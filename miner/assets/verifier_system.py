@@ -36,6 +36,9 @@ import sys
 VARIANCE_NAMES = ("__pycache__",)  # bytecode: the verifier deletes these folders and never reads them
 # Files inside *.dist-info that pip rewrites when it reinstalls a distribution from the index.
 VARIANCE_DIST_INFO = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
+# npm's record of the tree it installed (node_modules/.package-lock.json, rewritten by every install;
+# node never loads it).
+VARIANCE_NODE_MODULES = (".package-lock.json",)
 # Never system roots: the kernel's, the harness's and scratch folders.
 NOT_SYSTEM = ("/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/logs", "/tests", "/solution", "/oracle")
 LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
@@ -226,7 +229,8 @@ def read_runtime_list(path: str) -> list[tuple[str, str, str]]:
 
 def varies(folder: str, name: str) -> bool:
     """Whether a folder entry is one of the names allowed to differ after a repair."""
-    return name in VARIANCE_NAMES or (folder.endswith(".dist-info") and name in VARIANCE_DIST_INFO)
+    return name in VARIANCE_NAMES or (folder.endswith(".dist-info") and name in VARIANCE_DIST_INFO) \
+        or (folder == "node_modules" and name in VARIANCE_NODE_MODULES)
 
 
 class Memo(dict):

@@ -15,6 +15,7 @@ plus $MINER_SITE_PACKAGES. Break and fix scripts are written against these varia
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,9 @@ class SandboxError(Exception):
     """Base class of sandbox failures."""
 
 
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 class BuildError(SandboxError):
     """The project could not be built; `log` holds the tail of the build output. Shown (on every
     verb and as a skipped project's reason), it names its reason too: pip's own ERROR lines, npm's
@@ -66,8 +70,10 @@ class BuildError(SandboxError):
         self.message, self.log = message, log
 
     def __str__(self) -> str:
-        lines = [line.strip() for line in self.log.strip().splitlines() if line.strip()]
-        npm = [line for line in lines if line.startswith("npm error") and "complete log" not in line]
+        plain = ANSI_COLOUR.sub("", self.log)  # the Docker engine colours a build's stderr
+        lines = [line.strip() for line in plain.strip().splitlines() if line.strip()]
+        npm = [line for line in lines if line.startswith(("npm error", "npm ERR!")) and "complete log" not in line
+               and "/_logs/" not in line]
         shown = [line for line in lines if line.startswith("ERROR:")][-2:] or npm[:3] or lines[-3:]
         return f"{self.message} | {' / '.join(line[:300] for line in shown)}" if shown else self.message
 

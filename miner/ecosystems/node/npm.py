@@ -37,6 +37,10 @@ LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
 RUNNER_DIR = f"{SANDBOX_ROOT}/.miner-node"
 NPM_FLAGS = "--no-audit --no-fund --no-update-notifier --ignore-scripts --loglevel=error"
 BUILTIN_PREFIX = "node:"
+# A system without npm (a container of the base image, an exported task's image) gets Debian's.
+SYSTEM_NODE = ["# node: Debian's nodejs and npm, where the system has no npm",
+               "command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install"
+               " -y -qq --no-install-recommends nodejs npm >/dev/null && rm -rf /var/lib/apt/lists/*; } || exit 1"]
 
 # package.json narrowed to the dev dependencies kept (argv), in node: the file is JSON, written as npm does
 _NARROW = ("const fs = require('fs'); const keep = new Set(process.argv.slice(1));"
@@ -136,7 +140,7 @@ def install_lines(root: Path) -> list[str]:
     manifest = read_manifest(root) or {}
     dev = manifest.get("devDependencies") if isinstance(manifest.get("devDependencies"), dict) else {}
     command = project_command(root) or ""
-    lines = _runner_lines(command, dev)
+    lines = [*SYSTEM_NODE, *_runner_lines(command, dev)]
     if lock := lockfile(root):
         return [*lines, f"# node: the project's packages as {lock} locks them",
                 f"npm ci {NPM_FLAGS} || exit 1"]

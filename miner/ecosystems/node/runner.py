@@ -253,8 +253,7 @@ def _node_verifier_spec(command: str) -> dict:
 
 
 def _tape_verifier_spec(command: str) -> dict:
-    raise ValueError(f"test command {command!r} runs tape: the exported verifier runs pytest and node's "
-                     "test runner, not tape yet")
+    return {"runner": "tape", "tape_preload": tape.split_command(command)[0], "pytest_args": []}
 
 
 RUNTIME = "The project runs on the system's Node.js (`node`)."

@@ -221,8 +221,8 @@ class PipSettings:
             out["PIP_FIND_LINKS"] = " ".join(self.find_links)
         if self.trusted_hosts:
             out["PIP_TRUSTED_HOST"] = " ".join(self.trusted_hosts)
-        if self.cert:
-            out["PIP_CERT"] = HOST_CA_PATH
+        if self.cert:  # npm's too: a Node project's build reaches its registry through the same proxy
+            out["PIP_CERT"] = out["NPM_CONFIG_CAFILE"] = HOST_CA_PATH
         if self.timeout:
             out["PIP_DEFAULT_TIMEOUT"] = self.timeout
         if self.retries:
