@@ -206,3 +206,11 @@ def test_catalogue_ships_as_package_data():
     assert files and REPO_DIR == ROOT / "inversions"
     for rel in files:
         assert any(fnmatch.fnmatch(rel, pattern) for pattern in patterns), rel
+
+
+def test_every_package_of_miner_is_listed_for_a_plain_install():
+    """`pip install .` installs only the packages pyproject.toml lists: a new folder of modules
+    left out installs a miner that fails at its first import."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "miner").rglob("__init__.py")}
+    assert found <= set(config["packages"]), sorted(found - set(config["packages"]))
