@@ -41,17 +41,21 @@ CA_OVERRIDE = "env.SSL_CERT_FILE=/sandbox/project/certs/dev-ca.pem"
 # tests/test_node_service.py.
 IMAGE_CASES = {"env/image-var-unset", "env/image-var-wrong"}
 # Types of an npm project's node_modules and of node's settings, validated on fixtures/node-lib (a
-# library on ms, escape-html and debug, tested with tape, built by npm from the registry):
+# library on ms, escape-html, debug and qs, tested with tape, built by npm from the registry):
 # type -> (target key, tests that must be among the F2P, tests that must stay passing)
 DURATION = {"test/duration.js::humanDuration", "test/duration.js::parseDuration"}
 HTML = {"test/html.js::htmlLine escapes the message", "test/html.js::htmlLine escapes the level"}
 LOGGER = {"test/logger.js::a logger writes when its namespace is enabled"}
+QUERY = {"test/query.js::logQuery joins the levels with commas",
+         "test/query.js::parseLogQuery reads the levels back as a list"}
 NPM_CASES: dict[str, tuple[str, set[str], set[str]]] = {
     "deps/node-package-removed": ("node-package:ms", DURATION | LOGGER, HTML),  # debug needs ms too
     "deps/node-entry-corrupt": ("node-package:escape-html", HTML, DURATION | LOGGER),
     "deps/node-main-nowhere": ("node-package:debug", LOGGER, DURATION | HTML),  # main is src/index.js
     "fs/node-package-unreadable": ("node-package:escape-html", HTML, DURATION | LOGGER),
-    "env/node-options-preload-missing": ("setting:node", DURATION | HTML | LOGGER, set()),
+    "env/node-options-preload-missing": ("setting:node", DURATION | HTML | LOGGER | QUERY, set()),
+    # qs 5 (the registry's newest older major) ignores arrayFormat 'comma' and the comma option
+    "deps/node-wrong-version": ("node-package:qs", QUERY, DURATION | HTML | LOGGER),
 }
 # type -> (target key, context pinned by the test or None, tests that must be among the F2P)
 LOCAL_CASES: dict[str, tuple[str, dict | None, set[str]]] = {

@@ -58,6 +58,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from miner.catalogue import CatalogueError, render
+from miner.ecosystems.node import npm
 from miner.inverters.targets import (
     CodeFacts,
     code_facts,
@@ -541,11 +542,13 @@ class ProceduralInverter:
     """Applies catalogue types to enumerated targets, in a seeded, family-interleaved order."""
 
     def __init__(self, catalogue_types: Iterable[InversionType], seed: int = 0,
-                 version_lookup: Callable[[str], list[str]] = pip_index_versions) -> None:
+                 version_lookup: Callable[[str], list[str]] = pip_index_versions,
+                 node_version_lookup: Callable[[str], list[str]] = npm.registry_versions) -> None:
         self.types = sorted(catalogue_types, key=lambda t: t.id)
         self.seed = seed
-        self.version_lookup = version_lookup
+        self.version_lookup, self.node_version_lookup = version_lookup, node_version_lookup
         self._versions: dict[str, list[str]] = {}
+        self._node_versions: dict[str, list[str]] = {}
         self._facts: dict[Path, CodeFacts] = {}
         self._texts: dict[Path, dict[str, list[str]]] = {}
         self._files: dict[Path, set[str]] = {}
@@ -561,6 +564,7 @@ class ProceduralInverter:
             "conflicting_version": self._conflicting_version,
             "user_config": self._user_config,
             "node_entry": self._node_entry,
+            "node_bad_version": self._node_bad_version,
         }
         for itype in self.types:
             unknown = set(itype.preconditions.get("context", [])) - set(self.providers)
@@ -704,6 +708,14 @@ class ProceduralInverter:
         entry = job.target.attrs.get("entry") or ""
         inside = entry.startswith(f"{job.target.path}/") and "/node_modules/" not in entry[len(job.target.path):]
         return {"entry": entry} if inside else None
+
+    def _node_bad_version(self, job: Job) -> dict[str, Any] | None:
+        """An older release of an installed npm package on its registry (another major when there is one)."""
+        name = job.target.name
+        if name not in self._node_versions:
+            self._node_versions[name] = self.node_version_lookup(name)
+        bad = older_release(job.base.get("version") or "", self._node_versions[name])
+        return {"bad_version": bad} if bad else None
 
     def _user_config(self, job: Job) -> dict[str, Any] | None:
         """The project's config with one key (one the code names, preferably) given a value of another

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 from miner.ecosystems.node import code, tape
@@ -152,6 +153,18 @@ def install_lines(root: Path) -> list[str]:
             " are dropped from package.json",
             f"node -e {shlex.quote(_NARROW)} {' '.join(shlex.quote(k) for k in keep)} || exit 1",
             f"npm install {NPM_FLAGS} || exit 1"]
+
+
+def registry_versions(name: str, timeout: float = 30.0) -> list[str]:
+    """The versions the npm registry has of a package (`npm view NAME versions`, with npm's own
+    registry and TLS settings); [] when npm or the registry does not answer."""
+    try:
+        done = subprocess.run(["npm", "view", name, "versions", "--json"], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        found = json.loads(done.stdout) if done.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return []
+    return [found] if isinstance(found, str) else [v for v in found if isinstance(v, str)]
 
 
 def parse_inventory(output: str) -> list[NodePackage]:
