@@ -120,7 +120,9 @@ def test_every_type_declares_evidence_and_its_fix_carries_no_copy():
 def test_network_follows_the_evidence_and_index_use():
     """A fix reaches the index or the archive exactly when its evidence needs the network (the
     validator gives it the network then); the type's own flag agrees when the kind is fixed."""
-    uses_index = re.compile(r"pip (install|download)|apt-get (install|update|download)|\$APT ")
+    # (npm's registry: an npm command that may fetch, unless it is told --offline)
+    uses_index = re.compile(r"pip (install|download)|apt-get (install|update|download)|\$APT "
+                            r"|npm (pack|install|ci|view)\b(?![^\n]*--offline)")
     for itype in load_catalogue().values():
         if uses_index.search(itype.break_script):
             assert itype.network.get("break"), f"{itype.id}: its break uses the index without network"
