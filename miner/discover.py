@@ -45,6 +45,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from miner.ecosystems.node.npm import dependencies as npm_dependencies
+from miner.ecosystems.node.npm import host_command
 from miner.ecosystems.node.runner import project_command
 from miner.ecosystems.python.install import PytestConfig, read_pytest_config
 from miner.models import Source
@@ -545,8 +546,8 @@ def npm_version(name: str, spec: str = "") -> str | None:
     """The newest version of an npm package matching `spec` (npm view: the registry npm is set to);
     None when no version matches; Unchecked when the registry cannot be asked."""
     try:
-        run = subprocess.run(["npm", "view", f"{name}@{spec or 'latest'}", "version", "--json", "--loglevel=error"],
-                             capture_output=True, text=True, timeout=120)
+        argv = host_command("view", f"{name}@{spec or 'latest'}", "version", "--json", "--loglevel=error")
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         raise Unchecked(f"npm view {name}: {exc}") from None
     if run.returncode != 0:

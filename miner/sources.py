@@ -41,6 +41,7 @@ import git
 from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from miner.ecosystems.node import npm
 from miner.ecosystems.node.runner import suite_problem as node_suite_problem
 from miner.ecosystems.python.install import pip_errors
 from miner.models import Project, Source, SourceError
@@ -632,8 +633,8 @@ def _npm_pack(spec: str, entry: Path) -> Path:
     entry.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=entry, prefix=".download-") as tmp:
         try:
-            run = subprocess.run(["npm", "pack", spec, "--pack-destination", tmp, "--json", "--loglevel=error"],
-                                 capture_output=True, text=True, timeout=PIP_TIMEOUT, cwd=tmp)
+            argv = npm.host_command("pack", spec, "--pack-destination", tmp, "--json", "--loglevel=error")
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT, cwd=tmp)
         except FileNotFoundError:
             raise FetchError("npm is not installed: an npm source needs it") from None
         except subprocess.TimeoutExpired:

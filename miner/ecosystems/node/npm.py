@@ -155,11 +155,21 @@ def install_lines(root: Path) -> list[str]:
             f"npm install {NPM_FLAGS} || exit 1"]
 
 
+# npm's cache and logs for what miner asks the registry on the host (view, pack): miner's own folder,
+# so a crawl leaves the user's ~/.npm as it was.
+HOST_CACHE = Path.home() / ".cache" / "miner" / "npm"
+
+
+def host_command(*args: str) -> list[str]:
+    """An npm command miner runs on the host, its cache and logs in HOST_CACHE."""
+    return ["npm", *args, f"--cache={HOST_CACHE}", f"--logs-dir={HOST_CACHE / '_logs'}"]
+
+
 def registry_versions(name: str, timeout: float = 30.0) -> list[str]:
     """The versions the npm registry has of a package (`npm view NAME versions`, with npm's own
     registry and TLS settings); [] when npm or the registry does not answer."""
     try:
-        done = subprocess.run(["npm", "view", name, "versions", "--json"], capture_output=True, text=True,
+        done = subprocess.run(host_command("view", name, "versions", "--json"), capture_output=True, text=True,
                               timeout=timeout, check=False)
         found = json.loads(done.stdout) if done.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired, ValueError):
