@@ -832,7 +832,7 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
     from miner.inverters.system import targets_beneath
     from miner.inverters.targets import enumerate_targets
     from miner.prepare import prepare
-    from miner.projectfiles import test_file_of
+    from miner.projectfiles import project_files, test_file_of
     from miner.sandbox import get_backend
     from miner.sandbox.base import SandboxError
     from miner.sources import FetchError, parse_source
@@ -864,8 +864,8 @@ def graph(ctx: click.Context, source_or_task: str, fmt: str, output: Path | None
                 chosen = [(task.target, radius, depth(dependencies, task.target, task.f2p) or 0)]
             else:
                 tests = {f for f in map(test_file_of, healthy.outcomes) if f}
-                python = ecosystems.PYTHON in ecosystems.of_project(project.path, healthy)
-                beneath = targets_beneath(healthy.system, project.path, tests, python)  # a container's system
+                observed = ecosystems.observed(project_files(project.path), healthy)
+                beneath = targets_beneath(healthy.system, project.path, tests, observed)  # a container's system
                 targets = enumerate_targets(project, healthy, beneath)
                 chosen = select_targets(dependencies, healthy, targets, budget, seed)
             default = Path.cwd() / f"{task.id[:12] if task else source.name}.graph.{fmt}"

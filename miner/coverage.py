@@ -29,7 +29,7 @@ from miner.graph import UNMODELLED_KINDS, build_graph, predict
 from miner.inverters.system import targets_beneath
 from miner.inverters.targets import enumerate_targets
 from miner.models import HealthyState, Project
-from miner.projectfiles import test_file_of
+from miner.projectfiles import project_files, test_file_of
 from miner.sources import FetchError, fetch, parse_source
 from miner.store import Store
 
@@ -76,8 +76,8 @@ def _verdict(rules: Counter[str], has_task: bool) -> str:
 def reached_targets(project: Project, state: HealthyState) -> list[tuple[str, str]]:
     """(target key, node kind) of the targets some healthy-passing test or probe depends on."""
     tests = {f for f in map(test_file_of, state.outcomes) if f}
-    python = ecosystems.PYTHON in ecosystems.of_project(project.path, state)
-    targets = enumerate_targets(project, state, targets_beneath(state.system, project.path, tests, python))
+    observed = ecosystems.observed(project_files(project.path), state)
+    targets = enumerate_targets(project, state, targets_beneath(state.system, project.path, tests, observed))
     graph, passing = build_graph(project, state), set(state.passing)
     seen: dict[str, str] = {}
     for target in targets:

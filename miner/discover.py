@@ -50,7 +50,9 @@ from miner.ecosystems.node.runner import project_command
 from miner.ecosystems.python.install import PytestConfig, read_pytest_config
 from miner.models import Source
 from miner.projectfiles import in_test_tree, is_doc, project_files
-from miner.sources import NPM_NAME, PYPI_URL, FetchError, IndexUnreachable, fetch, index_json
+from miner.ecosystems.node.registry import NPM_NAME
+from miner.ecosystems.python.registry import PYPI_URL, IndexUnreachable, index_json
+from miner.sources import FetchError, fetch
 
 GITHUB_URL = "https://api.github.com"
 MAX_SDIST_BYTES = 100_000_000

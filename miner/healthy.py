@@ -17,12 +17,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable
 
-from miner.ecosystems.node import npm
-from miner.ecosystems.node.runner import ManifestError
-from miner.ecosystems.node.runner import suite_problem as node_suite_problem
+from miner import ecosystems
+from miner.ecosystems.base import InventoryError, ManifestError
 from miner.models import (
     PROJECT_DIR,
-    Distribution,
     HealthyState,
     Outcome,
     Probe,
@@ -45,32 +43,6 @@ class SkipProject(Exception):
 def asset(name: str) -> bytes:
     """Bytes of a standalone helper script shipped in miner/assets."""
     return resources.files("miner").joinpath("assets", name).read_bytes()
-
-
-def collect_inventory(sandbox: Sandbox) -> tuple[str, list[Distribution], list[str]]:
-    """(site-packages, distributions, the project's own distributions) read inside the sandbox."""
-    sandbox.put(f"{MINER_DIR}/inventory.py", asset("inventory.py"))
-    result = sandbox.run(f'"$MINER_PYTHON" {MINER_DIR}/inventory.py', timeout=120)
-    if result.exit_code != 0:
-        raise SkipProject(f"cannot read installed distributions: {result.output[-500:]}")
-    data = json.loads(result.output.strip().splitlines()[-1])
-    dists = [Distribution(**{k: v for k, v in d.items() if k != "url"}) for d in data["dists"]]
-    own = [d["name"] for d in data["dists"] if d.get("url", "").startswith(f"file://{PROJECT_DIR}")]
-    return data["site_packages"], dists, own
-
-
-def discover_probes(inventory: list[Distribution], own: list[str]) -> list[Probe]:
-    """Derived checks for the project's own distributions: imports and console scripts."""
-    probes: dict[str, Probe] = {}  # by id: a project can show up twice (src/*.egg-info and the venv)
-    for dist in (d for d in inventory if d.name in own):
-        for module in dist.top_level:
-            if module.startswith("_") or module in {"tests", "test", "testing", "docs"}:
-                continue
-            probes.setdefault(f"probe::import::{module}", Probe(id=f"probe::import::{module}", kind="import", module=module))
-        for script in sorted(dist.console_scripts):
-            probes.setdefault(f"probe::script::{script}", Probe(id=f"probe::script::{script}", kind="script",
-                                                                argv=[script, "--help"]))
-    return list(probes.values())
 
 
 RAW_KINDS = ("import", "script")  # probes run by probe.py inside any sandbox
@@ -261,10 +233,11 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
     """Measure the healthy state; raise SkipProject with the reason when it cannot be mined.
     With `parallel`, the suite's runs happen at the same time, each on its own fresh copy."""
     with backend.fork(env) as sandbox:
-        site_packages, inventory, own = collect_inventory(sandbox)
-        node_packages = npm.parse_inventory(sandbox.run(npm.inventory_command(), timeout=120).output) \
-            if npm.uses_npm(Path(project.path)) else []
-    probes = discover_probes(inventory, own) + list(extra_probes or [])
+        try:
+            installed = ecosystems.read_inventory(sandbox, Path(project.path))
+        except InventoryError as exc:
+            raise SkipProject(str(exc)) from exc
+    probes = ecosystems.derived_probes(installed) + list(extra_probes or [])
     measured = []
     if parallel:
         with ThreadPoolExecutor(max_workers=runs, thread_name_prefix="miner-healthy") as pool:
@@ -289,9 +262,8 @@ def record_healthy(backend: Backend, env: Healthy, project: Project, spec: Build
         durations={k: v.duration for k, v in stable.items()},
         messages={k: v.message for k, v in stable.items() if v.message},
         flaky=flaky, probes=[p for p in probes if p.id in stable],
-        distributions={d.name: d.version for d in inventory}, inventory=inventory, project_dists=own,
-        node_packages=node_packages,
-        file_hashes=hashes, protected=protected, env=dict(spec.env), site_packages=site_packages,
+        distributions={d.name: d.version for d in installed["inventory"]}, **installed,
+        file_hashes=hashes, protected=protected, env=dict(spec.env),
         suite_seconds=sum(s.duration for s in suites) / len(suites),
     )
 
@@ -308,16 +280,6 @@ def _protected_files(backend: Backend, env: Healthy, project: Project,
     return hashes, protected
 
 
-def foreign_suite(root: Path) -> str | None:
-    """Why a project outside Python whose package.json names its tests cannot be measured (its
-    test script runs a runner miner does not read), None otherwise: pytest would find nothing
-    and say only that."""
-    files = project_files(root)
-    if "package.json" not in files or any(f.endswith(".py") for f in files):
-        return None
-    return node_suite_problem(root)
-
-
 def measure_project(backend: Backend, env: Healthy, project: Project, spec: BuildSpec,
                     timeout: float, parallel: bool = False) -> HealthyState:
     """record_healthy plus what the backend sees beyond the project: probes derived from a
@@ -328,7 +290,7 @@ def measure_project(backend: Backend, env: Healthy, project: Project, spec: Buil
         command = command_of(project)
     except ManifestError as exc:
         raise SkipProject(str(exc)) from exc
-    if not extra_probes and (problem := foreign_suite(Path(project.path))):
+    if not extra_probes and (problem := ecosystems.suite_problem(Path(project.path))):
         raise SkipProject(problem)
     state = record_healthy(backend, env, project, spec, command, timeout=timeout,
                            extra_probes=extra_probes, extra=backend.run_derived_probes if extra_probes else None,

@@ -50,7 +50,7 @@ from miner.model_instruction import instruction_writer
 from miner.models import (Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task,
                           content_id)
 from miner.prepare import PinError, Prepared, prepare
-from miner.projectfiles import test_file_of
+from miner.projectfiles import project_files, test_file_of
 from miner.sandbox import get_backend
 from miner.sandbox.base import Backend, BuildError, SandboxError
 from miner.sources import FetchError
@@ -390,8 +390,8 @@ def _mine_project(unit: Unit, prepared: Prepared, root: Path, emit: Emit, report
         f"stacking {batch.compounds} validated inversions into compound tasks" if batch.compounds else
         f"batch {batch.number}/{batch.of}")
     test_files = {f for f in map(test_file_of, state.outcomes) if f}
-    python = ecosystems.PYTHON in ecosystems.of_project(project.path, state)
-    extra_targets = targets_beneath(state.system, project.path, test_files, python) if options.system else []
+    observed = ecosystems.observed(project_files(project.path), state)
+    extra_targets = targets_beneath(state.system, project.path, test_files, observed) if options.system else []
     with clock.phase("graph"):
         graph = graphs.build_graph(project, state)
     procedural = options.inverter != "agent"

@@ -41,6 +41,11 @@ CODE_SUFFIXES = frozenset({
     ".py", ".pyi", ".pyx", ".pxd", ".pyc", ".pyo", ".so", ".pyd", ".c", ".h", ".cc", ".cpp", ".hpp", ".rs",
     ".sh",
 })
+# Files of a program's code in any language (what a traced run reads that is not its environment).
+PROGRAM_SUFFIXES = frozenset({
+    ".py", ".pyc", ".js", ".mjs", ".cjs", ".ts", ".node", ".rb", ".pl", ".pm", ".php", ".lua", ".sh", ".go",
+    ".java", ".class", ".jar", ".so",
+})
 # The test runner's and the build's configuration: what decides how the judge runs.
 RUNNER_CONFIG = frozenset({
     "pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "pytest.ini", ".pytest.ini", "conftest.py",
@@ -140,3 +145,23 @@ def may_be_target(rel: str, test_files: Iterable[str] = ()) -> bool:
     dot folder (.vscode/, .devcontainer/: those configure tools, not the program)."""
     hidden = any(part.startswith(".") for part in PurePosixPath(rel).parts)
     return not (is_protected(rel, test_files) or is_packaging(rel) or is_doc(rel) or hidden)
+
+
+def suffix_matches(text: str, index: dict[str, list[str]]) -> list[str]:
+    """Paths of the index (keyed by last component) equal to text or ending/ended with it at a '/'."""
+    return [rel for rel in index.get(PurePosixPath(text).name, [])
+            if rel == text or text.endswith("/" + rel) or rel.endswith("/" + text)]
+
+
+def nearest(matches: list[str], near: str) -> list[str]:
+    """Of several same-named paths, those sharing the longest folder prefix with `near`."""
+    if len(matches) < 2:
+        return matches
+    here = PurePosixPath(near).parent.parts
+
+    def shared(rel: str) -> int:
+        parts = PurePosixPath(rel).parts
+        return next((i for i, (a, b) in enumerate(zip(parts, here)) if a != b), min(len(parts), len(here)))
+
+    best = max(shared(m) for m in matches)
+    return [m for m in matches if shared(m) == best]

@@ -15,63 +15,34 @@ project's files at one resolved revision, without `.git`, that later stages only
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
-import json
 import os
 import re
 import shlex
 import shutil
 import stat
-import subprocess
-import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
-import zipfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import git
-from packaging.utils import InvalidName, canonicalize_name
-from packaging.version import InvalidVersion, Version
 
-from miner.ecosystems.node import npm
-from miner.ecosystems.node.runner import suite_problem as node_suite_problem
-from miner.ecosystems.python.install import pip_errors
+from miner import ecosystems
+from miner.archives import FetchError, extract_tar, file_sha256, locked, publish, slug
 from miner.models import Project, Source, SourceError
 from miner.projectfiles import skipped_dir
 
 OVERRIDE_KEYS = frozenset({"test", "extras", "python", "install", "timeout", "tox_env"})
 ENV_OVERRIDE_PREFIX = "env."
 GIT_SCHEMES = ("https://", "http://", "ssh://", "file://", "git://")
-SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
-PIP_TIMEOUT = 900
-DOWNLOAD_TIMEOUT = 120  # seconds without data before an sdist download gives up
-PYPI_URL = "https://pypi.org/pypi"  # the index's JSON API
-HTTP_TIMEOUT = 60
 
 _SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+)@(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).+)$")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXTRA_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _PYTHON_VERSION = re.compile(r"^3\.\d+(\.\d+)?$")
-NPM_NAME = re.compile(r"^(@[a-z0-9-~][a-z0-9-._~]*/)?[a-z0-9-~][a-z0-9-._~]*$")
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
 _HEX_SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
-
-
-class FetchError(Exception):
-    """A source could not be fetched; `reason` says why in one line."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,10 +147,9 @@ def _check_override(key: str, value: str) -> None:
 
 def _parse_spec(spec: str, base: Path) -> tuple[str, str, str | None]:
     """Return (kind, location, ref) for the source part of a line."""
-    if spec.startswith("pypi:"):
-        return "pypi", _parse_pypi(spec.removeprefix("pypi:")), None
-    if spec.startswith("npm:"):
-        return "npm", _parse_npm(spec.removeprefix("npm:")), None
+    for prefix, registry in ecosystems.SOURCES.items():
+        if spec.startswith(f"{prefix}:"):
+            return prefix, registry.parse(spec.removeprefix(f"{prefix}:")), None
     if spec.lower().startswith(GIT_SCHEMES):
         return ("git", *_parse_url(spec))
     match = _SCP_LIKE.match(spec)
@@ -191,32 +161,6 @@ def _parse_spec(spec: str, base: Path) -> tuple[str, str, str | None]:
     if _SCHEME.match(spec) and not (base / spec).exists():
         raise ValueError(f"unknown source form {spec!r} (expected a git URL, a folder or pypi:NAME==VERSION)")
     return "local", _parse_folder(spec, base), None
-
-
-def _parse_pypi(text: str) -> str:
-    name, sep, version = text.partition("==")
-    if not sep or not version or any(c in version for c in "=<>!~*,; "):
-        raise ValueError(f"pypi source needs an exact pin NAME==VERSION, got 'pypi:{text}'")
-    try:
-        canonicalize_name(name, validate=True)
-    except InvalidName:
-        raise ValueError(f"invalid package name {name!r}") from None
-    try:
-        Version(version)
-    except InvalidVersion:
-        raise ValueError(f"invalid version {version!r} for {name}") from None
-    return f"{name}=={version}"
-
-
-def _parse_npm(text: str) -> str:
-    name, sep, version = text.rpartition("@")
-    if not sep or not name or not version:
-        raise ValueError(f"npm source needs an exact version NAME@VERSION, got 'npm:{text}'")
-    if not NPM_NAME.match(name):
-        raise ValueError(f"invalid npm package name {name!r}")
-    if not _SEMVER.match(version):
-        raise ValueError(f"npm source needs an exact version (x.y.z), got {version!r} for {name}")
-    return f"{name}@{version}"
 
 
 def _parse_url(spec: str) -> tuple[str, str | None]:
@@ -264,13 +208,10 @@ def _parse_folder(spec: str, base: Path) -> str:
 
 def _identity(source: Source) -> tuple[str, str, str | None]:
     """What makes two lines the same source (spelling differences collapse)."""
-    if source.kind == "pypi":
-        name, version = source.location.split("==")
-        return "pypi", f"{canonicalize_name(name)}=={Version(version)}", None
+    if registry := ecosystems.SOURCES.get(source.kind):
+        return source.kind, registry.identity(source.location), None
     if source.kind == "git":
         return "git", _normalise_url(source.location), source.ref
-    if source.kind == "npm":
-        return "npm", source.location, None
     return "local", source.location, None
 
 
@@ -289,10 +230,8 @@ def _normalise_url(url: str) -> str:
 
 def repo_name(source: Source) -> str:
     """The repository name `fetch` gives the source's project (Project.repo), known before fetching."""
-    if source.kind == "pypi":
-        return f"pypi:{canonicalize_name(source.location.split('==')[0])}"
-    if source.kind == "npm":
-        return f"npm:{source.location.rpartition('@')[0]}"
+    if registry := ecosystems.SOURCES.get(source.kind):
+        return registry.name(source.location)
     return source.location if source.kind == "git" else str(Path(source.location))
 
 
@@ -301,6 +240,7 @@ def fetch(source: Source, cache: Path, *, sdist_url: str | None = None, sdist_sh
 
     For a pypi source, `sdist_url` (with its `sdist_sha256`, from the index's JSON API) is
     downloaded directly instead of through `pip download`, which also prepares metadata.
+    A registry's source (pypi:, npm:) is its ecosystem's to fetch (miner.ecosystems.SOURCES).
     """
     cache = Path(cache).resolve()
     cache.mkdir(parents=True, exist_ok=True)
@@ -308,10 +248,8 @@ def fetch(source: Source, cache: Path, *, sdist_url: str | None = None, sdist_sh
         return _fetch_git(source, cache)
     if source.kind == "local":
         return _fetch_local(source, cache)
-    if source.kind == "pypi":
-        return _fetch_pypi(source, cache, sdist_url, sdist_sha256)
-    if source.kind == "npm":
-        return _fetch_npm(source, cache)
+    if registry := ecosystems.SOURCES.get(source.kind):
+        return registry.fetch(source, cache, sdist_url, sdist_sha256)
     raise FetchError(f"unknown source kind {source.kind!r}")
 
 
@@ -320,41 +258,10 @@ def cache_entry(source: Source, cache: Path) -> Path:
     cache = Path(cache).resolve()
     if source.kind == "git":
         digest = hashlib.sha256(_normalise_url(source.location).encode()).hexdigest()[:12]
-        return cache / "git" / f"{_slug(source.name)}-{digest}"
+        return cache / "git" / f"{slug(source.name)}-{digest}"
     if source.kind == "local":
-        return cache / "local" / f"{_slug(source.name)}-{hashlib.sha256(source.location.encode()).hexdigest()[:12]}"
-    if source.kind == "npm":
-        return cache / "npm" / _slug(source.location.lstrip("@").replace("/", "-"))
-    name, version = source.location.split("==")
-    return cache / "pypi" / f"{canonicalize_name(name)}-{version}"
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    """Serialise work on one cache entry across processes that crawl in parallel."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:60] or "project"
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    """Move a finished folder into place, so a half-written folder is never seen as done."""
-    if final.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.chmod(0o755)  # mkdtemp makes 0700 folders; sandboxes may read as another user
-        tmp.rename(final)
-
-
-# --- git
+        return cache / "local" / f"{slug(source.name)}-{hashlib.sha256(source.location.encode()).hexdigest()[:12]}"
+    return ecosystems.SOURCES[source.kind].entry(cache, source.location)
 
 
 def _git_env() -> dict[str, str]:
@@ -379,7 +286,7 @@ def _git_error(exc: git.GitCommandError) -> str:
 def _fetch_git(source: Source, cache: Path) -> Project:
     url = source.location
     entry = cache_entry(source, cache)
-    with _locked(entry.with_suffix(".lock")):
+    with locked(entry.with_suffix(".lock")):
         repo = _clone_or_update(url, entry / "repo.git", source.ref)
         sha = _resolve(repo, url, source.ref)
         checkout = entry / "checkouts" / sha
@@ -465,8 +372,8 @@ def _export(repo: git.Repo, sha: str, checkout: Path) -> None:
         repo.archive(archive, treeish=sha, format="tar")
         archive.seek(0)
         with tarfile.open(fileobj=archive, mode="r:") as tar:
-            _extract_tar(tar, tmp, strict=False)
-    _publish(tmp, checkout)
+            extract_tar(tar, tmp, strict=False)
+    publish(tmp, checkout)
 
 
 # --- local folders
@@ -478,14 +385,14 @@ def _fetch_local(source: Source, cache: Path) -> Project:
         raise FetchError(f"folder not found: {folder}")
     entry = cache_entry(source, cache)
     entry.mkdir(parents=True, exist_ok=True)
-    with _locked(entry.with_suffix(".lock")):
+    with locked(entry.with_suffix(".lock")):
         tmp = Path(tempfile.mkdtemp(prefix=".copy-", dir=entry))
         try:
             _copy_project(folder, tmp)
             digest = tree_hash(tmp)
             commit = _folder_commit(folder, digest)
             checkout = entry / commit
-            _publish(tmp, checkout)
+            publish(tmp, checkout)
         except (OSError, shutil.Error) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise FetchError(f"cannot copy {folder}: {exc}") from None
@@ -525,226 +432,9 @@ def tree_hash(root: Path) -> str:
             digest.update(f"L {rel} -> {os.readlink(path)}\n".encode())
         elif path.is_file():
             executable = bool(path.stat().st_mode & stat.S_IXUSR)
-            digest.update(f"F {rel} {int(executable)} {_file_sha256(path)}\n".encode())
+            digest.update(f"F {rel} {int(executable)} {file_sha256(path)}\n".encode())
         elif path.is_dir():
             digest.update(f"D {rel}\n".encode())
     return digest.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# --- pypi sdists
-
-
-class IndexUnreachable(FetchError):
-    """The index's JSON API did not answer (other than "no such project")."""
-
-
-_UNREACHABLE: set[str] = set()  # JSON APIs that did not answer this process (index_sdist asks them no more)
-
-
-def index_json(name: str, index: str = PYPI_URL) -> dict[str, Any] | None:
-    """The index's JSON description of a project (None when the project does not exist)."""
-    url = f"{index.rstrip('/')}/{urllib.parse.quote(name)}/json"
-    try:
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as answer:
-            data = json.load(answer)
-            base = answer.geturl()
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise IndexUnreachable(f"the index answered {exc.code} for {name}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise IndexUnreachable(f"cannot reach the index: {getattr(exc, 'reason', exc)}") from None
-    for files in (data.get("releases") or {}).values():  # mirrors answer with URLs relative to the page
-        for item in files:
-            if item.get("url"):
-                item["url"] = urllib.parse.urljoin(base, item["url"])
-    return data
-
-
-def index_sdist(name: str, version: str, index: str = PYPI_URL) -> dict[str, Any] | None:
-    """The index's sdist file entry (url, digests, ...) of exactly this release, a .tar.gz first;
-    None when the index does not list one, or does not answer (then it is not asked again by this
-    process: behind a mirror without pypi.org, each ask could wait HTTP_TIMEOUT)."""
-    if index in _UNREACHABLE:
-        return None
-    try:
-        data = index_json(name, index)
-    except IndexUnreachable:
-        _UNREACHABLE.add(index)
-        return None
-    releases = (data or {}).get("releases") or {}
-    files = next((f for text, f in releases.items() if _same_version(text, version)), [])
-    sdists = [f for f in files if f.get("packagetype") == "sdist" and f.get("url")]
-    sdists.sort(key=lambda f: (bool(f.get("yanked")), not str(f.get("filename", "")).endswith(".tar.gz")))
-    return sdists[0] if sdists else None
-
-
-def _same_version(a: str, b: str) -> bool:
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a == b
-
-
-def _fetch_pypi(source: Source, cache: Path, url: str | None = None, sha256: str | None = None) -> Project:
-    name, version = source.location.split("==")
-    entry = cache_entry(source, cache)
-    with _locked(entry.with_suffix(".lock")):
-        sdist = _cached_sdist(entry)
-        if sdist is None and url is None:
-            # The file straight from the index: `pip download` would also build the sdist's
-            # metadata, and so fail on build dependencies it cannot install (the build stage
-            # reports those). pip stays the fallback for indexes without a JSON API.
-            found = index_sdist(name, version) or {}
-            url, sha256 = found.get("url"), (found.get("digests") or {}).get("sha256")
-        sdist = sdist or (_download_url(url, sha256, entry) if url else _download_sdist(name, version, entry))
-        sha = _file_sha256(sdist)
-        unpacked = entry / f"src-{sha[:12]}"
-        if not unpacked.exists():
-            unpack_archive(sdist, unpacked)
-    return Project(source=source, repo=repo_name(source), commit=sha, path=_sdist_root(unpacked))
-
-
-def _fetch_npm(source: Source, cache: Path) -> Project:
-    """The registry's tarball (npm pack: npm's registry, proxy and TLS settings, its integrity
-    check), unpacked; kept only when it ships a test suite miner can run (miner.ecosystems.node)."""
-    entry = cache_entry(source, cache)
-    with _locked(entry.with_suffix(".lock")):
-        tarball = _cached_sdist(entry) or _npm_pack(source.location, entry)
-        sha = _file_sha256(tarball)
-        unpacked = entry / f"src-{sha[:12]}"
-        if not unpacked.exists():
-            unpack_archive(tarball, unpacked)
-    root = _sdist_root(unpacked)
-    if problem := node_suite_problem(root):
-        raise FetchError(f"{source.location}: {problem}")
-    return Project(source=source, repo=repo_name(source), commit=sha, path=root)
-
-
-def _npm_pack(spec: str, entry: Path) -> Path:
-    entry.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=entry, prefix=".download-") as tmp:
-        try:
-            argv = npm.host_command("pack", spec, "--pack-destination", tmp, "--json", "--loglevel=error")
-            run = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT, cwd=tmp)
-        except FileNotFoundError:
-            raise FetchError("npm is not installed: an npm source needs it") from None
-        except subprocess.TimeoutExpired:
-            raise FetchError(f"npm pack {spec} timed out after {PIP_TIMEOUT}s") from None
-        files = [p for p in Path(tmp).iterdir() if p.name.endswith(".tgz")]
-        if run.returncode != 0 or len(files) != 1:
-            errors = [line for line in run.stderr.splitlines() if "npm error" in line or "ERR" in line]
-            raise FetchError(f"npm pack {spec} failed: {' '.join(errors[:3]) or run.stderr.strip()[-300:]}")
-        tarball = entry / files[0].name
-        files[0].rename(tarball)
-    return tarball
-
-
-def _cached_sdist(entry: Path) -> Path | None:
-    found = [p for p in entry.glob("*") if p.is_file() and p.name.endswith(SDIST_SUFFIXES)]
-    return found[0] if len(found) == 1 else None
-
-
-def _download_sdist(name: str, version: str, entry: Path) -> Path:
-    entry.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=entry, prefix=".download-") as tmp:
-        # --no-binary NAME, not :all:, so build dependencies may still come as wheels.
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", name,
-               f"{name}=={version}", "-d", tmp, "--disable-pip-version-check", "--no-input"]
-        try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise FetchError(f"pip download of {name}=={version} timed out after {PIP_TIMEOUT}s") from None
-        files = [p for p in Path(tmp).iterdir() if p.name.endswith(SDIST_SUFFIXES)]
-        if run.returncode != 0 or len(files) != 1:
-            raise FetchError(_pip_reason(name, version, run.stdout + run.stderr))
-        sdist = entry / files[0].name
-        files[0].rename(sdist)
-    return sdist
-
-
-def _download_url(url: str, sha256: str | None, entry: Path) -> Path:
-    """Download one sdist file from the index into the cache entry, checking its sha256."""
-    entry.mkdir(parents=True, exist_ok=True)
-    filename = Path(urlsplit(url).path).name
-    if not filename.endswith(SDIST_SUFFIXES):
-        raise FetchError(f"not an sdist file: {filename}")
-    with tempfile.TemporaryDirectory(dir=entry, prefix=".download-") as tmp:
-        part = Path(tmp) / filename
-        digest = hashlib.sha256()
-        try:
-            with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as answer, open(part, "wb") as out:
-                for block in iter(lambda: answer.read(1 << 20), b""):
-                    digest.update(block)
-                    out.write(block)
-        except (OSError, ValueError) as exc:
-            raise FetchError(f"cannot download {filename}: {exc}") from None
-        if sha256 and digest.hexdigest() != sha256.lower():
-            raise FetchError(f"{filename} does not match the index's sha256 (download corrupted)")
-        sdist = entry / filename
-        part.rename(sdist)
-    return sdist
-
-
-def _pip_reason(name: str, version: str, output: str) -> str:
-    errors = pip_errors(output)
-    detail = errors[0] if errors else (output.strip().splitlines() or ["no output"])[-1]
-    if "to install build dependencies did not run successfully" in output:
-        return f"the build dependencies of {name}=={version}'s sdist cannot be installed ({detail})"
-    if "No matching distribution" in output or "Could not find a version" in output:
-        return f"no sdist of {name}=={version} on the package index ({detail})"
-    return f"pip download of {name}=={version} failed: {detail}"
-
-
-def unpack_archive(sdist: Path, dest: Path) -> None:
-    """Unpack a .tar.* or .zip archive into the new folder dest, refusing unsafe members."""
-    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
-    try:
-        if sdist.name.endswith(".zip"):
-            with zipfile.ZipFile(sdist) as archive:
-                _extract_zip(archive, tmp)
-        else:
-            with tarfile.open(sdist) as archive:
-                _extract_tar(archive, tmp, strict=True)
-    except (tarfile.TarError, zipfile.BadZipFile, OSError, FetchError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        reason = exc.reason if isinstance(exc, FetchError) else str(exc)
-        raise FetchError(f"cannot unpack {sdist.name}: {reason}") from None
-    _publish(tmp, dest)
-
-
-def _sdist_root(unpacked: Path) -> Path:
-    """The sdist's single top folder (NAME-VERSION/), or the unpack folder itself."""
-    entries = list(unpacked.iterdir())
-    if len(entries) == 1 and entries[0].is_dir():
-        return entries[0]
-    return unpacked
-
-
-def _extract_tar(archive: tarfile.TarFile, dest: Path, strict: bool) -> None:
-    """Extract refusing paths outside dest, devices and (strict) links leaving dest.
-
-    Git trees keep their symlinks as they are (the "tar" filter); sdists from an index get the
-    stricter "data" filter.
-    """
-    try:
-        archive.extractall(dest, filter="data" if strict else "tar")
-    except tarfile.FilterError as exc:
-        raise FetchError(f"unsafe archive member: {exc}") from None
-
-
-def _extract_zip(archive: zipfile.ZipFile, dest: Path) -> None:
-    root = dest.resolve()
-    for member in archive.infolist():
-        target = (root / member.filename).resolve()
-        if member.filename.startswith("/") or not target.is_relative_to(root):
-            raise FetchError(f"unsafe archive member: {member.filename!r} leaves the folder")
-    archive.extractall(root)

@@ -193,7 +193,7 @@ def pypi_reason() -> str | None:
     """Why the package index cannot be reached from here (offline), or None."""
     import urllib.request
 
-    from miner.sources import PYPI_URL
+    from miner.ecosystems.python.registry import PYPI_URL
 
     try:
         with urllib.request.urlopen(f"{PYPI_URL}/pip/json", timeout=15) as answer:

@@ -27,20 +27,19 @@ from typing import Iterator
 import networkx as nx
 import pytest
 
+from miner.ecosystems.python.code import parse_source
+from miner.ecosystems.python.graph import module_names, split_test_id
+from miner.ecosystems.python.inventory import discover_probes
 from miner.graph import (
     GraphvizMissing,
     build_graph,
     depth,
-    module_names,
-    parse_source,
     predict,
     select_targets,
-    split_test_id,
     to_dot,
     to_json,
     write_graph,
 )
-from miner.healthy import discover_probes
 from miner.models import Distribution, HealthyState, Outcome, Probe, Project, Source, Target, Task
 from miner.store import Store
 from miner.tasks import difficulty

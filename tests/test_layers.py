@@ -18,10 +18,11 @@ LAYERS = {
     "miner.models": set(),
     "miner.projectfiles": set(),
     "miner.evidence": set(),
+    "miner.archives": set(),
     "miner.sandbox": {"miner.models", "miner.sandbox", "miner.projectfiles"},
     "miner.store": {"miner.models"},
     "miner.catalogue": {"miner.models"},
-    "miner.ecosystems": {"miner.models", "miner.ecosystems", "miner.projectfiles", "miner.sandbox.base"},
+    "miner.ecosystems": {"miner.models", "miner.ecosystems", "miner.projectfiles", "miner.sandbox.base", "miner.archives"},
     "miner.graph": {"miner.models", "miner.graph", "miner.projectfiles", "miner.ecosystems"},
 }
 
@@ -81,4 +82,25 @@ def test_lower_layers_import_nothing_above_them() -> None:
         for target in graph.successors(module):
             if target != "miner" and not any(target == a or target.startswith(a + ".") for a in allowed):
                 wrong.append(f"{module} imports {target}")
+    assert not wrong, wrong
+
+
+# Discovery walks one registry at a time (`miner discover --pypi`, `--npm`): the one stage that
+# names a language's package.
+KNOWS_LANGUAGES = {"miner.discover"}
+LANGUAGES = ("miner.ecosystems.python", "miner.ecosystems.node")
+
+
+def test_only_the_language_packages_know_a_language() -> None:
+    """The stages reach a language through miner.ecosystems; a language's package imports no
+    other language's package and not the registry (it sees only miner.ecosystems.base)."""
+    graph = import_graph()
+    wrong = []
+    for module, target in graph.edges():
+        language = next((lang for lang in LANGUAGES if module == lang or module.startswith(lang + ".")), None)
+        into = next((lang for lang in LANGUAGES if target == lang or target.startswith(lang + ".")), None)
+        if language is None and into is not None and module != "miner.ecosystems" and module not in KNOWS_LANGUAGES:
+            wrong.append(f"{module} imports {target}")
+        if language is not None and (target == "miner.ecosystems" or (into is not None and into != language)):
+            wrong.append(f"{module} imports {target}")
     assert not wrong, wrong

@@ -33,17 +33,17 @@ from miner.inverters.procedural import (
     edit_config,
     line_edit,
     matches,
-    older_release,
-    previous_release,
-    requirement_on,
-    violating_release,
     retyped,
     stated_value,
     stated_values,
     wrong_value,
 )
-from miner.healthy import collect_inventory, hash_tree
-from miner.inverters.targets import code_facts, dependency_depths, enumerate_targets, parse_config
+from miner.ecosystems.python.inventory import collect_inventory
+from miner.ecosystems.releases import older_release
+from miner.ecosystems.python.providers import conflicting_version, previous_release, requirement_on, violating_release
+from miner.healthy import hash_tree
+from miner.ecosystems.python.targets import code_facts, dependency_depths
+from miner.inverters.targets import enumerate_targets, parse_config
 from miner.models import ENV_FILE, PROJECT_DIR, VENV_DIR, Distribution, HealthyState, Project, RunResult, Source, Target
 from miner.sandbox.base import BuildSpec, Healthy, Limits, Sandbox
 from miner.sandbox.local import LocalBackend
@@ -465,10 +465,10 @@ def test_conflicting_version_when_one_requirer_names_the_target_twice(world):
     inventory = [Distribution(name="numpy", version="2.0.0"),
                  Distribution(name="pandas", version="2.2", requirements=["numpy >=1.23.2", "numpy >=1.26.0"])]
     healthy = world.healthy.model_copy(update={"inventory": inventory})
-    inverter = ProceduralInverter([], version_lookup=lambda name: ["2.0.0", "1.26.4", "1.22.0"])
+    inverter = ProceduralInverter([], releases={"pypi": lambda name: ["2.0.0", "1.26.4", "1.22.0"]})
     job = Job(project=world.project, healthy=healthy, target=Target(kind="distribution", name="numpy"),
               rng=random.Random(0), base={"version": "2.0.0"})
-    assert inverter._conflicting_version(job) == {"conflict_version": "1.22.0", "required_by": "pandas",
+    assert conflicting_version(inverter, job) == {"conflict_version": "1.22.0", "required_by": "pandas",
                                                  "specifier": ">=1.23.2"}
 
 

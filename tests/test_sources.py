@@ -16,8 +16,9 @@ from conftest import REPO_ROOT, commit_all, copy_fixture, make_git_repo
 import subprocess
 import sys
 
-from miner.sources import (FetchError, _pip_reason, fetch, index_sdist, parse_repos, parse_source, tree_hash,
-                           unpack_archive)
+from miner.ecosystems.python.registry import _pip_reason, index_sdist
+from miner.archives import unpack_archive
+from miner.sources import FetchError, fetch, parse_repos, parse_source, tree_hash
 
 
 def write_repos(tmp_path: Path, text: str) -> Path:

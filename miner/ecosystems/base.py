@@ -1,4 +1,8 @@
-"""What an ecosystem gives the core: its test runners, each as a Runner.
+"""What an ecosystem gives the core, and what the core offers it: its test runners (each a
+Runner), its Ecosystem record (the graph adapter over GraphCalls, the targets with the core's
+TargetKit, how its target kinds map to graph nodes, its context providers over a Job), and its
+registry's sources (RegistrySource). An ecosystem's package imports only this, the models and
+miner.projectfiles / miner.archives: the stages call it, never the other way round.
 
 The core (miner.testing, miner.instruction, miner.solver_view, the export) never asks which
 language a command belongs to; it asks miner.ecosystems.runner_for(command) for the Runner that
@@ -8,10 +12,15 @@ code they call (Python's: miner.ecosystems.python.pytest; Node's: miner.ecosyste
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
-from miner.models import TestResult
+import networkx as nx
+
+from miner.models import HealthyState, Probe, Project, Target, TestResult
 
 
 def _nothing_refused(output: str) -> set[str]:
@@ -36,6 +45,8 @@ class Runner:
     file_errors_stand_for_tests
                                a file that fails before its tests run is reported as the file
                                alone; its tests take that file's error (miner.testing.observed)
+    verifier_files             (name, bytes source) of the files the exported verifier needs
+                               beside it in tests/ to run this runner (its reporter, its plugin)
     """
 
     name: str
@@ -49,3 +60,149 @@ class Runner:
     verifier_spec: Callable[[str], dict]
     refused: Callable[[str], set[str]] = _nothing_refused
     file_errors_stand_for_tests: bool = False
+    verifier_files: tuple[tuple[str, Callable[[], bytes]], ...] = ()
+
+
+@dataclass(frozen=True)
+class CodeFacts:
+    """What the project's code names, from its ecosystem's parse (or a traced run's file names)."""
+
+    strings: frozenset[str] = frozenset()  # string literals, path expressions, variable and program names
+    env_reads: frozenset[str] = frozenset()  # environment variables read
+    names: frozenset[str] = frozenset()  # last path component of each string
+    env_defaults: frozenset[tuple[str, str, str]] = frozenset()  # (variable, default, file) of a read with one
+    imports: frozenset[str] = frozenset()  # top-level modules imported (code and tests; `python -m x` too)
+
+    def mentions(self, filename: str) -> bool:
+        """Whether some string names the file (as itself or as a path ending in it)."""
+        return filename in self.names
+
+
+class GraphCalls(Protocol):
+    """What miner.graph.build's GraphBuilder offers an ecosystem's GraphAdapter."""
+
+    root: Path
+    files: list[str]
+    healthy: HealthyState
+    graph: nx.DiGraph
+
+    def node(self, node_id: str, kind: str, label: str, **attrs: object) -> str:
+        """Add a node unless it exists; its id."""
+
+    def edge(self, source: str, target: str, rel: str) -> None:
+        """Add a "depends on" edge, once."""
+
+    def envvar(self, name: str) -> str:
+        """The node of an environment variable."""
+
+    def file_targets(self, literal: str, near: str, listing: bool = False) -> list[str]:
+        """The nodes of the project files a string literal names."""
+
+    def file_kind(self, rel: str) -> str:
+        """'config' or 'data'."""
+
+
+@dataclass(frozen=True)
+class TargetKit:
+    """The target kinds no language owns, as miner.inverters.targets enumerates them, for an
+    ecosystem's `targets` to place among its own: file_targets(root, files, healthy, facts),
+    envvar_targets(healthy, facts), state_targets(project, facts)."""
+
+    file_targets: Callable[[Path, list[str], HealthyState, CodeFacts], list[Target]]
+    envvar_targets: Callable[[HealthyState, CodeFacts], list[Target]]
+    state_targets: Callable[[Project, CodeFacts], list[Target]]
+
+
+@dataclass
+class Job:
+    """Everything a context provider may look at for one (target, type) pair."""
+
+    project: Project
+    healthy: HealthyState
+    target: Target
+    rng: random.Random
+    base: dict[str, Any]
+
+
+class Releases(Protocol):
+    """What a context provider may ask of the inverter: a registry's releases of a package."""
+
+    def releases(self, registry: str, name: str) -> list[str]:
+        """Release versions, newest first ([] when unknown)."""
+
+
+class GraphAdapter(Protocol):
+    """An ecosystem's part of a project's graph, called by miner.graph.build in this order."""
+
+    def add_code(self) -> None:
+        """The project's code and installed packages, before the tests and probes are drawn."""
+
+    def link_test(self, node: str, test_id: str) -> None:
+        """Edges from a test's node to what it runs."""
+
+    def link_probe(self, node: str, kind: str, rest: str, probe: Probe | None) -> None:
+        """Edges from a probe's node to what it runs."""
+
+    def finish(self) -> None:
+        """What needs the tests and probes drawn."""
+
+
+@dataclass(frozen=True)
+class Ecosystem:
+    """The language a project lives in, as the graph and the target enumeration see it.
+
+    graph(builder)             its GraphAdapter over miner.graph.build's GraphBuilder (GraphCalls)
+    targets(project, healthy, files, kit)
+                               its targets, with the core's kinds (TargetKit) placed among them
+                               (the core adds what a traced run read, and extras)
+    code_facts(root)           what its code names (config keys the code names are preferred)
+    target_nodes(graph, target)
+                               the graph nodes of a target of its own kinds, None for another kind
+    observed                   its projects are also known by their traced run (outside Python:
+                               the venv beneath them is miner's, not theirs)
+    kinds, target_context(healthy, target)
+                               its own target kinds, and the context every break type of such a
+                               target may use (miner.inverters.procedural; None: the target is gone)
+    providers                  its context providers by name (the break types' `context`):
+                               provider(inverter, job) -> template variables or None
+    releases                   (registry, lookup(name) -> versions newest first) of its registry
+    """
+
+    name: str
+    graph: Callable[[GraphCalls], GraphAdapter]
+    targets: Callable[[Project, HealthyState, list[str], TargetKit], list[Target]]
+    target_nodes: Callable[[nx.DiGraph, Target], list[str] | None]
+    observed: bool
+    kinds: frozenset[str] = frozenset()
+    target_context: Callable[[HealthyState, Target], dict | None] = lambda healthy, target: {}
+    providers: dict[str, Callable[[Releases, Job], dict | None]] = field(default_factory=dict)
+    releases: tuple[str, Callable[[str], list[str]]] | None = None
+
+
+@dataclass(frozen=True)
+class RegistrySource:
+    """A language registry's sources (`pypi:NAME==VERSION`, `npm:NAME@VERSION`), for miner.sources.
+
+    parse(text)            the location of `PREFIX:text` (ValueError with the reason)
+    name(location)         the project's repository name (Project.repo)
+    entry(cache, location) its cache folder
+    fetch(source, cache, url, sha256)
+                           the unpacked archive as a Project (miner.sources.FetchError)
+    identity(location)     what makes two lines the same source
+    """
+
+    prefix: str
+    parse: Callable[[str], str]
+    name: Callable[[str], str]
+    entry: Callable[[Path, str], Path]
+    fetch: Callable[..., Project]
+    identity: Callable[[str], str] = lambda location: location
+
+
+class ManifestError(ValueError):
+    """A project's manifest (package.json) that does not parse; the message says where."""
+
+
+class InventoryError(Exception):
+    """What is installed could not be read; the message says why."""
+

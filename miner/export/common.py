@@ -45,8 +45,6 @@ from urllib.parse import urlsplit
 
 from miner import __version__
 from miner import ecosystems
-from miner.ecosystems.node import runner as node_runner
-from miner.ecosystems.node import tape as node_tape
 from miner.evidence import NETWORK_EVIDENCE
 from miner.export.archive import walk
 from miner.export.dockerized import (
@@ -327,19 +325,19 @@ def environment_files(ts: TaskSource, pip: PipForwarding, tarball: bytes) -> dic
 # -- the healthy manifest -------------------------------------------------------------------------
 
 
+# The files each test runner's verifier mode needs beside it (its reporter, pytest's plugin).
+RUNNER_FILES = {name: source for runner in ecosystems.RUNNERS for name, source in runner.verifier_files}
+
+
 def asset(name: str) -> bytes:
-    if name == NODE_REPORTER:
-        return node_runner.reporter_source()
-    if name == TAPE_REPORTER:
-        return node_tape.reporter_source()
+    if name in RUNNER_FILES:
+        return RUNNER_FILES[name]()
     return resources.files("miner").joinpath("assets", name).read_bytes()
 
 
 VERIFIER_ASSETS = ("verifier.py", "verifier_system.py")
 # Every file of miner's own that tests/ carries (miner check refuses a folder where one differs).
-NODE_REPORTER = "node_reporter.mjs"  # miner.ecosystems.node's reporter, for a task whose tests node runs
-TAPE_REPORTER = "tape_reporter.cjs"  # and its reporter for tape
-VERIFIER_FILES = (*VERIFIER_ASSETS, "verifier_pytest.py", "probe.py", "restore.py", NODE_REPORTER, TAPE_REPORTER)
+VERIFIER_FILES = (*VERIFIER_ASSETS, "probe.py", "restore.py", *RUNNER_FILES)
 TESTS_DIGEST_KEY = "tests_sha256sums"  # task.toml [metadata]: sha256 of tests/SHA256SUMS
 COLLECTOR_DIR = "/tmp/miner-verifier"
 # The collector runs the verifier as the boot tool will (isolated, no site, no bytecode, UTF-8 mode),

@@ -3,12 +3,11 @@ variables, installed packages and (in containers) system libraries, so that the 
 targets can be ranked and their breaks predicted before anything is broken.
 
 Pure analysis of a project folder on the host plus its recorded HealthyState (no sandbox, no
-store). Four stages, one module each, data flowing one way:
+store). Three stages, one module each, data flowing one way:
 
-  parse.py    tree-sitter parsing of one Python file (Scope, SourceFile, parse_source,
-              parse_files): the project's one code scanner, also used by target enumeration
-  build.py    the networkx builder (build_graph) and project layout helpers (module_names,
-              pytest_config, split_test_id, file_kind, canonical)
+  build.py    the networkx builder (build_graph): tests, probes, files, variables, what a
+              traced run touched; each ecosystem's adapter adds its code and packages
+              (miner.ecosystems.python.graph, miner.ecosystems.node.graph)
   select.py   target_nodes, predict (the tests a target's break should fail), depth, and
               select_targets (the enumerated targets worth trying, best first)
   render.py   to_json, to_dot, write_graph (json, dot, svg through Graphviz)
@@ -21,32 +20,20 @@ difficulty lives with task making (miner.tasks); `miner graph` is a verb of mine
     write_graph(graph, "svg", Path("graph.svg"), highlight=[t for t, _, _ in chosen])
 """
 
-from miner.graph.build import build_graph, canonical, file_kind, module_names, pytest_config, split_test_id
-from miner.ecosystems.python.code import MAIN_SCOPE, ClassDef, Function, Scope, SourceFile, parse_files, parse_source
+from miner.graph.build import build_graph, file_kind
 from miner.graph.render import FORMATS, GraphvizMissing, highlight_nodes, to_dot, to_json, write_graph
 from miner.graph.select import UNMODELLED_KINDS, depth, predict, select_targets, target_nodes
 
 __all__ = [
     "FORMATS",
-    "MAIN_SCOPE",
     "UNMODELLED_KINDS",
-    "ClassDef",
-    "Function",
     "GraphvizMissing",
-    "Scope",
-    "SourceFile",
     "build_graph",
-    "canonical",
     "depth",
     "file_kind",
     "highlight_nodes",
-    "module_names",
-    "parse_files",
-    "parse_source",
     "predict",
-    "pytest_config",
     "select_targets",
-    "split_test_id",
     "target_nodes",
     "to_dot",
     "to_json",

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import networkx as nx
 
-from miner.graph.build import canonical
+from miner import ecosystems
 from miner.models import HealthyState, Target
 
 # Target kinds the graph has no nodes for: tried after the selected ones, with no prediction.
@@ -28,25 +28,15 @@ UNMODELLED_KINDS = frozenset({"system", "service", "setting", "state", "compound
 def target_nodes(graph: nx.DiGraph, target: Target) -> list[str]:
     """Graph nodes a target stands for.
 
-    Files match by path whichever of config/data the caller called them; a module stands for
-    itself and for the distributions installing it (code inside other distributions imports
-    it too: six is used by dateutil, not by the project).
+    Files match by path whichever of config/data the caller called them; an ecosystem's own
+    kinds (Python's distributions and modules) are its adapter's to map.
     """
     if target.kind in ("config", "data"):
         paths = {p for p in (target.path, target.name) if p}
         return [n for n, a in graph.nodes(data=True) if a["kind"] in ("config", "data") and a.get("path") in paths]
-    if target.kind == "distribution":
-        node = f"distribution:{canonical(target.name)}"
-        return [node] if node in graph else []
-    if target.kind == "bytecode" and target.attrs.get("owner") == "project":
-        return [f"module:{target.name}"] if f"module:{target.name}" in graph else []
-    if target.kind in ("module", "submodule", "bytecode"):
-        top = target.name.split(".", 1)[0]
-        nodes = [f"module:{target.name}"] if f"module:{target.name}" in graph else []
-        providers = graph.graph.get("providers", {}).get(top, [])
-        if target.attrs.get("dist") in providers:
-            providers = [target.attrs["dist"]]
-        return nodes + [f"distribution:{p}" for p in providers if f"distribution:{p}" in graph]
+    found = ecosystems.target_nodes(graph, target)
+    if found is not None:
+        return found
     return [target.key] if target.key in graph else []
 
 

@@ -11,7 +11,7 @@ Here: matching types to targets (`matches`), the context providers that compute 
 template variables (an older release on the index, a config key to drop or retype with the
 format's real parser and a one-line edit, a wrong value for a variable, a sibling file's mode, the
 project's published sdist), and the order. Config keys the code names in a string are preferred
-(from the tree-sitter parse, `targets.code_facts`).
+(from the tree-sitter parse, `miner.ecosystems.python.targets.code_facts`).
 
 Rule 8 (recoverable) starts here: no template sees a copy of an original file, and a provider that
 finds the break possible but no evidence to repair it from (no project file states the dropped
@@ -44,24 +44,19 @@ import json
 import random
 import re
 import stat
-import subprocess
-import sys
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import tomli_w
 import yaml
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
+from miner import ecosystems
 from miner.catalogue import CatalogueError, render
-from miner.ecosystems.node import npm
+from miner.ecosystems.base import Job
 from miner.inverters.targets import (
     CodeFacts,
-    code_facts,
     enumerate_targets,
     parse_config,
     project_texts,
@@ -373,94 +368,6 @@ def matches(preconditions: dict[str, Any], target: Target) -> bool:
 # ---------------------------------------------------------------- context providers
 
 
-@functools.lru_cache(maxsize=1024)
-def pip_index_versions(name: str, timeout: float = 30.0) -> list[str]:
-    """Release versions of a distribution on the configured index, newest first ([] when unknown);
-    asked once per process (a crawl asks for the same distributions in every project and batch)."""
-    try:
-        result = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name],
-                                capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    for line in result.stdout.splitlines():
-        if line.strip().startswith("Available versions:"):
-            return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
-    return []
-
-
-def older_release(current: str, available: Iterable[str]) -> str | None:
-    """The newest final release of another major version older than `current` (else of another minor)."""
-    try:
-        now = Version(current)
-    except InvalidVersion:
-        return None
-    older = []
-    for text in available:
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        if version < now and not version.is_prerelease and not version.is_devrelease:
-            older.append(version)
-    older.sort(reverse=True)
-    for same in (lambda v: v.major == now.major, lambda v: v.release[:2] == now.release[:2]):
-        different = [v for v in older if not same(v)]
-        if different:
-            return str(different[0])
-    return None
-
-
-def _final_versions(available: Iterable[str]) -> list[Version]:
-    found = []
-    for text in available:
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        if not version.is_prerelease and not version.is_devrelease:
-            found.append(version)
-    return sorted(found, reverse=True)
-
-
-def previous_release(current: str, available: Iterable[str]) -> str | None:
-    """The newest final release older than `current`, or None."""
-    try:
-        now = Version(current)
-    except InvalidVersion:
-        return None
-    return next((str(v) for v in _final_versions(available) if v < now), None)
-
-
-def canonical_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def requirement_on(requirement: str, dist: str) -> SpecifierSet | None:
-    """The version specifier of a "name specifier" requirement string on `dist` (None: not on it,
-    or no specifier)."""
-    name, _, spec = requirement.partition(" ")
-    if canonical_name(name) != canonical_name(dist) or not spec.strip():
-        return None
-    try:
-        return SpecifierSet(spec.replace(" ", ""))
-    except InvalidSpecifier:
-        return None
-
-
-def violating_release(current: str, spec: SpecifierSet, available: Iterable[str]) -> str | None:
-    """A final release outside `spec`: the oldest newer one than `current` (an upgrade too far), else
-    the newest older one (a downgrade too far); None when every release satisfies it."""
-    try:
-        now = Version(current)
-    except InvalidVersion:
-        return None
-    outside = [v for v in _final_versions(available) if not spec.contains(v, prereleases=False)]
-    newer = sorted(v for v in outside if v > now)
-    older = [v for v in outside if v < now]
-    chosen = newer[0] if newer else older[0] if older else None
-    return str(chosen) if chosen else None
-
-
 def wrong_value(value: str) -> str:
     """A plausible but wrong value of the same shape: flipped flag, -1, another path, a typo."""
     low = value.lower()
@@ -527,44 +434,27 @@ def stated_value(root: Path, facts: CodeFacts, name: str, value: str) -> tuple[s
     return None
 
 
-@dataclass
-class Job:
-    """Everything a context provider may look at for one (target, type) pair."""
-
-    project: Project
-    healthy: HealthyState
-    target: Target
-    rng: random.Random
-    base: dict[str, Any]
-
-
 class ProceduralInverter:
     """Applies catalogue types to enumerated targets, in a seeded, family-interleaved order."""
 
     def __init__(self, catalogue_types: Iterable[InversionType], seed: int = 0,
-                 version_lookup: Callable[[str], list[str]] = pip_index_versions,
-                 node_version_lookup: Callable[[str], list[str]] = npm.registry_versions) -> None:
+                 releases: dict[str, Callable[[str], list[str]]] | None = None) -> None:
         self.types = sorted(catalogue_types, key=lambda t: t.id)
         self.seed = seed
-        self.version_lookup, self.node_version_lookup = version_lookup, node_version_lookup
-        self._versions: dict[str, list[str]] = {}
-        self._node_versions: dict[str, list[str]] = {}
+        self.release_lookups = {**ecosystems.RELEASE_LOOKUPS, **(releases or {})}
+        self._releases: dict[tuple[str, str], list[str]] = {}
         self._facts: dict[Path, CodeFacts] = {}
         self._texts: dict[Path, dict[str, list[str]]] = {}
         self._files: dict[Path, set[str]] = {}
         self.providers: dict[str, Callable[[Job], dict[str, Any] | None]] = {
-            "bad_version": self._bad_version,
             "drop_key": self._drop_key,
             "retype_key": self._retype_key,
             "wrong_value": self._wrong_value,
             "sibling_mode": self._sibling_mode,
             "published_source": self._published_source,
             "stated_value": self._stated_value,
-            "previous_version": self._previous_version,
-            "conflicting_version": self._conflicting_version,
             "user_config": self._user_config,
-            "node_entry": self._node_entry,
-            "node_bad_version": self._node_bad_version,
+            **{name: functools.partial(provider, self) for name, provider in ecosystems.PROVIDERS.items()},
         }
         for itype in self.types:
             unknown = set(itype.preconditions.get("context", [])) - set(self.providers)
@@ -663,59 +553,10 @@ class ProceduralInverter:
                 return None
             # the mode and size, never the content: a fix recovers that from evidence (rule 8)
             return {"mode": format(stat.S_IMODE(path.stat().st_mode), "o"), "size": path.stat().st_size}
-        if target.kind == "distribution":
-            version = healthy.distributions.get(target.name) or target.attrs.get("version")
-            return {"dist": target.name, "version": version} if version else None
-        if target.kind in ("module", "script", "submodule", "bytecode"):
-            dist = target.attrs.get("dist")
-            version = healthy.distributions.get(dist or "") or target.attrs.get("version")
-            return {"dist": dist, "version": version}
         if target.kind == "envvar":
             value = healthy.env.get(target.name, target.attrs.get("value"))
             return {"value": value} if value is not None else None
-        if target.kind == "node-package":
-            return {"version": target.attrs.get("version") or ""}
-        return {}
-
-    def _releases(self, job: Job) -> list[str]:
-        """Releases on the index of the target's distribution (the target itself, or its `dist`)."""
-        name = job.target.name if job.target.kind == "distribution" else job.target.attrs.get("dist") or ""
-        if name and name not in self._versions:
-            self._versions[name] = self.version_lookup(name)
-        return self._versions.get(name, [])
-
-    def _bad_version(self, job: Job) -> dict[str, Any] | None:
-        bad = older_release(job.base.get("version") or "", self._releases(job))
-        return {"bad_version": bad} if bad else None
-
-    def _previous_version(self, job: Job) -> dict[str, Any] | None:
-        before = previous_release(job.base.get("version") or "", self._releases(job))
-        return {"old_version": before} if before else None
-
-    def _conflicting_version(self, job: Job) -> dict[str, Any] | None:
-        """A release of the distribution outside what another installed distribution requires of it."""
-        name = job.target.name
-        wanted = [(canonical_name(d.name), spec) for d in job.healthy.inventory for req in d.requirements
-                  if (spec := requirement_on(req, name)) is not None]
-        for requirer, spec in sorted(wanted, key=lambda pair: (pair[0], str(pair[1]))):
-            found = violating_release(job.base["version"], spec, self._releases(job))
-            if found:
-                return {"conflict_version": found, "required_by": requirer, "specifier": str(spec)}
-        return None
-
-    def _node_entry(self, job: Job) -> dict[str, Any] | None:
-        """The file `require` loads of an installed package, when it lies in the package's folder."""
-        entry = job.target.attrs.get("entry") or ""
-        inside = entry.startswith(f"{job.target.path}/") and "/node_modules/" not in entry[len(job.target.path):]
-        return {"entry": entry} if inside else None
-
-    def _node_bad_version(self, job: Job) -> dict[str, Any] | None:
-        """An older release of an installed npm package on its registry (another major when there is one)."""
-        name = job.target.name
-        if name not in self._node_versions:
-            self._node_versions[name] = self.node_version_lookup(name)
-        bad = older_release(job.base.get("version") or "", self._node_versions[name])
-        return {"bad_version": bad} if bad else None
+        return ecosystems.target_context(healthy, target)
 
     def _user_config(self, job: Job) -> dict[str, Any] | None:
         """The project's config with one key (one the code names, preferably) given a value of another
@@ -735,9 +576,15 @@ class ProceduralInverter:
         return {"user_key": found["key"], "user_b64": b64_lines("\n".join(lines).encode()),
                 "user_value": found["new_value"]}
 
+    def releases(self, registry: str, name: str) -> list[str]:
+        """Release versions of a package on a registry ("pypi", "npm"), asked once per inverter."""
+        if (registry, name) not in self._releases:
+            self._releases[registry, name] = self.release_lookups[registry](name)
+        return self._releases[registry, name]
+
     def _code_facts(self, project: Project) -> CodeFacts:
         if project.path not in self._facts:
-            self._facts[project.path] = code_facts(project.path)
+            self._facts[project.path] = ecosystems.code_facts(project.path)
         return self._facts[project.path]
 
     def _project_texts(self, job: Job) -> dict[str, list[str]]:

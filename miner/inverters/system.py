@@ -242,9 +242,10 @@ def traced_targets(observation: dict[str, Any], root: Path, test_files: Iterable
 
 
 def targets_beneath(observation: dict[str, Any] | None, root: Path, test_files: Iterable[str] = (),
-                    python: bool = True) -> list[Target]:
+                    observed: bool = False) -> list[Target]:
     """Every target beneath the project: the system family's and the service family's; for a
-    project outside Python with a traced run, what that run touched (traced_targets)."""
-    if not python and observation and (observation.get("trace") or {}).get("files"):
+    project known by observation (outside Python: miner.ecosystems.observed) with a traced run,
+    what that run touched (traced_targets)."""
+    if observed and observation and (observation.get("trace") or {}).get("files"):
         return traced_targets(observation, root, test_files)
     return system_targets(observation) + service_targets(observation, root, test_files)

@@ -24,7 +24,7 @@ import shlex
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from miner.ecosystems.base import Runner
+from miner.ecosystems.base import ManifestError, Runner
 from miner.ecosystems.node import tape
 from miner.models import PROJECT_DIR, TestResult
 
@@ -100,10 +100,6 @@ def parse_report(data: bytes | str) -> dict[str, TestResult]:
         results[test_id] = TestResult(id=test_id, outcome=outcome, duration=float(event.get("duration_ms") or 0) / 1000,
                                       message=str(event.get("message") or "")[:MESSAGE_CHARS] if outcome != "passed" else "")
     return results
-
-
-class ManifestError(ValueError):
-    """A package.json that does not parse."""
 
 
 COVERAGE_WRAPPERS = ("nyc", "c8")  # they run the command after their options; miner wants no coverage
@@ -262,10 +258,12 @@ NODE_TEST = Runner(
     suite_command=suite_command, parse_report=parse_report, check_command=check_command,
     run_passed=lambda code, output, healthy_outcome="passed": run_passed(code, output),
     verifier_spec=_node_verifier_spec, file_errors_stand_for_tests=True,
+    verifier_files=(("node_reporter.mjs", reporter_source),),
 )
 TAPE = Runner(
     name="tape", language="Node.js", runtime=RUNTIME, claims=tape.is_tape_command,
     suite_command=tape.suite_command, parse_report=parse_report, check_command=check_command,
     run_passed=NODE_TEST.run_passed, verifier_spec=_tape_verifier_spec, file_errors_stand_for_tests=True,
+    verifier_files=(("tape_reporter.cjs", tape.reporter_source),),
 )
 RUNNERS = (NODE_TEST, TAPE)

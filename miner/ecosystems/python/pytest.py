@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 import xml.etree.ElementTree as ET
+from importlib import resources
 from pathlib import PurePosixPath
 
 from miner.ecosystems.base import Runner
@@ -160,4 +161,6 @@ RUNNER = Runner(
     runtime=f"The project uses the Python of the virtual environment in `{VENV_DIR}`.",
     claims=lambda command: True, suite_command=suite_command, parse_report=parse_junit,
     check_command=check_command, run_passed=run_passed, verifier_spec=verifier_spec, refused=refused,
+    verifier_files=(("verifier_pytest.py",
+                     lambda: resources.files("miner").joinpath("assets", "verifier_pytest.py").read_bytes()),),
 )
