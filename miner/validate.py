@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from miner import ecosystems
 from miner.evidence import MAX_FIX_LITERAL, decoded_payload, literal_bytes, needs_network
 from miner.healthy import MINER_DIR, ExtraProbes, changed_since, hash_tree, passing, run_checks
 from miner.instruction import candidate_symptom
@@ -57,9 +58,6 @@ PREDICT_SHARE = 0.5  # run the predicted tests first when that costs at most thi
 # whole crawl.
 HANG_FACTOR = 10.0
 MIN_RUN_TIMEOUT = 60.0
-# Files pytest reads when it collects tests: conftest files, package markers (they change module
-# names), and the configuration files it looks for in the tests' folders and above them.
-PYTEST_READS = ("conftest.py", "__init__.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
 
 
 @dataclass
@@ -193,10 +191,11 @@ class Run:
             raise Rejected("protected-changed", f"protected code changed: {', '.join(code[:5])}")
         if judging:
             raise Rejected("test-tree-changed", f"the tests are the judge: the break changed {', '.join(judging[:5])}")
-        added = added_pytest_files(sandbox, state, self.ctx.manifest, tests)
+        runner = ecosystems.runner_for(state.test_command)
+        added = added_collected_files(sandbox, state, self.ctx.manifest, tests, runner.collect_reads)
         if added:
             raise Rejected("test-tree-changed", f"the tests are the judge: the break added {', '.join(added[:5])}, "
-                                                "which pytest reads when it collects them")
+                                                f"which {runner.name} reads when it collects them")
 
     def no_leak(self, sandbox: Sandbox) -> None:
         with self.clock.phase("scan"):
@@ -235,13 +234,16 @@ class Run:
                                           + "; ".join(problems))
 
 
-def added_pytest_files(sandbox: Sandbox, state: HealthyState, manifest: dict[str, str],
-                       tests: set[str]) -> list[str]:
-    """Rule 7 for files the healthy state did not have: a file pytest reads when it collects the
-    tests (conftest.py, __init__.py, its configuration files) added in the test tree, in a folder
-    above a test module, or in a folder above the project (the sandbox, the root)."""
-    names = " -o ".join(f"-name {shlex.quote(name)}" for name in PYTEST_READS)
-    above = [str(folder / name) for folder in PurePosixPath(PROJECT_DIR).parents for name in PYTEST_READS]
+def added_collected_files(sandbox: Sandbox, state: HealthyState, manifest: dict[str, str],
+                          tests: set[str], reads: tuple[str, ...]) -> list[str]:
+    """Rule 7 for files the healthy state did not have: a file the test runner reads when it
+    collects the tests (`reads`, its Runner's collect_reads: pytest's conftest.py, __init__.py,
+    its configuration files) added in the test tree, in a folder above a test module, or in a
+    folder above the project (the sandbox, the root)."""
+    if not reads:
+        return []
+    names = " -o ".join(f"-name {shlex.quote(name)}" for name in reads)
+    above = [str(folder / name) for folder in PurePosixPath(PROJECT_DIR).parents for name in reads]
     command = (f"find {PROJECT_DIR} \\( {names} \\) -print 2>/dev/null; "
                f"for f in {' '.join(map(shlex.quote, above))}; do [ -e \"$f\" ] && echo \"$f\"; done; true")
     found = sandbox.run(command, timeout=120).output.splitlines()

@@ -47,6 +47,8 @@ class Runner:
                                alone; its tests take that file's error (miner.testing.observed)
     verifier_files             (name, bytes source) of the files the exported verifier needs
                                beside it in tests/ to run this runner (its reporter, its plugin)
+    collect_reads              names of the files it reads when it collects tests, in the tests'
+                               folders and above them: a break may not add one (rule 7)
     """
 
     name: str
@@ -61,6 +63,7 @@ class Runner:
     refused: Callable[[str], set[str]] = _nothing_refused
     file_errors_stand_for_tests: bool = False
     verifier_files: tuple[tuple[str, Callable[[], bytes]], ...] = ()
+    collect_reads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

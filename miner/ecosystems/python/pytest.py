@@ -161,6 +161,8 @@ RUNNER = Runner(
     runtime=f"The project uses the Python of the virtual environment in `{VENV_DIR}`.",
     claims=lambda command: True, suite_command=suite_command, parse_report=parse_junit,
     check_command=check_command, run_passed=run_passed, verifier_spec=verifier_spec, refused=refused,
+    # conftest files, package markers (they change module names), the configuration it looks for
+    collect_reads=("conftest.py", "__init__.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"),
     verifier_files=(("verifier_pytest.py",
                      lambda: resources.files("miner").joinpath("assets", "verifier_pytest.py").read_bytes()),),
 )
