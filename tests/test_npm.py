@@ -34,7 +34,7 @@ def test_the_test_command_follows_npm_run_and_drops_coverage(tmp_path: Path) -> 
                                                       "tests-only": "nyc --reporter=text tape 'test/**/*.js'"},
                                           "devDependencies": {"tape": "^5"}})
     assert runner.project_command(root) == "tape 'test/**/*.js'"
-    assert runner.is_node_command("tape 'test/**/*.js'") and not runner.is_node_test_command("tape x")
+    assert runner.TAPE.claims("tape 'test/**/*.js'") and not runner.is_node_test_command("tape x")
 
 
 def test_node_running_a_tape_file_is_tape_and_node_test_stays(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_tape_runs_each_file_with_its_reporter_and_names_one_file_to_check() -> 
     assert "shopt -s globstar nullglob" in script and "test/**/*.js" in script and "./test/setup.js" in script
     chosen = tape.suite_command(command, "/tmp/r.jsonl", tests=["test/b.js::x", "test/a.js::y::z", "test/a.js::w"])
     assert "test/a.js test/b.js" in chosen and "**" not in chosen
-    assert runner.check_command(command, "test/a.js::parse::nested") == "tape -r ./test/setup.js test/a.js"
+    assert runner.TAPE.check_command(command, "test/a.js::parse::nested") == "tape -r ./test/setup.js test/a.js"
     assert runner.run_passed(0, "# tests 3\n# pass  3\n\n# ok\n")
     assert not runner.run_passed(1, "# tests 3\n# pass  2\n# fail  1\n")
 

@@ -213,16 +213,9 @@ def suite_problem(root: Path) -> str | None:
     return None
 
 
-def is_node_command(command: str) -> bool:
-    """A command one of Node's runners miner reads serves: node --test, or tape."""
-    return is_node_test_command(command) or tape.is_tape_command(command)
-
-
 def check_command(command: str, test_id: str) -> str:
-    """The command a person runs to see one test: its file, its name as node's name pattern
-    (tape's: its file)."""
-    if tape.is_tape_command(command):
-        return tape.check_command(command, test_id)
+    """The command a person runs to see one of node --test's tests: its file, its name as node's
+    name pattern."""
     node, options, _ = split_command(command)
     file, _, rest = test_id.partition(ID_SEPARATOR)
     name = rest.rsplit(ID_SEPARATOR, 1)[-1] if rest else ""
@@ -262,7 +255,7 @@ NODE_TEST = Runner(
 )
 TAPE = Runner(
     name="tape", language="Node.js", runtime=RUNTIME, claims=tape.is_tape_command,
-    suite_command=tape.suite_command, parse_report=parse_report, check_command=check_command,
+    suite_command=tape.suite_command, parse_report=parse_report, check_command=tape.check_command,
     run_passed=NODE_TEST.run_passed, verifier_spec=_tape_verifier_spec, file_errors_stand_for_tests=True,
     verifier_files=(("tape_reporter.cjs", tape.reporter_source),),
 )
