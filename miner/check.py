@@ -181,6 +181,9 @@ def discard(container) -> None:  # noqa: ANN001 - a docker Container
     """Remove a container, gone already or not."""
     import docker.errors
 
+    from miner.sandbox.docker.container import REGISTRY
+
+    REGISTRY.discard(container.id)
     try:
         container.remove(force=True)
     except docker.errors.NotFound:
@@ -200,12 +203,14 @@ class Checker:
 
     def __init__(self, client=None, keep_images: bool = False, defer_removal: bool = False,  # noqa: ANN001
                  verifier_mode: str = "separate") -> None:
+        from miner.sandbox.docker.container import prune_stale
         from miner.sandbox.docker.images import docker_client
 
         if verifier_mode not in VERIFIER_MODES:
             raise ValueError(f"verifier mode must be one of {', '.join(VERIFIER_MODES)}, not {verifier_mode!r}")
         self.verifier_mode = verifier_mode
         self.client = client or docker_client()
+        prune_stale(self.client)  # check containers a killed run left
         self.keep_images = keep_images
         # Builds running side by side share cached layers: removing one task's image then would
         # delete a parent another build is using. With defer_removal, remove_built() does it at the end.
@@ -232,12 +237,13 @@ class Checker:
     def start(self, image: str, task_dir: Path, network: bool = False):  # noqa: ANN201 - a docker Container
         """A fresh container of the task's image, kept alive and confined as Harbor runs it, with
         the network only when asked (the default bridge) and none otherwise."""
-        from miner.sandbox.docker.images import labels
+        from miner.sandbox.docker.container import REGISTRY, fork_labels
 
         route = {} if network else {"network_mode": "none"}
         container = self.client.containers.run(image, ["sh", "-c", "sleep infinity"], detach=True,
-                                               labels=labels("fork", purpose="check"), **container_options(task_dir),
+                                               labels=fork_labels(purpose="check"), **container_options(task_dir),
                                                **route)
+        REGISTRY.add(self.client, container.id)  # removed on exit or SIGTERM; a killed run's by prune_stale
         container.exec_run(["mkdir", "-p", "/logs/verifier", "/logs/agent"])
         return container
 
@@ -421,6 +427,9 @@ def check_tests_folder(task_dir: Path, config: dict) -> None:
 def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | None = None,
                 client=None, jobs: int = 1, verifier_mode: str = "separate") -> list[CheckResult]:  # noqa: ANN001
     """Check every task folder named by `paths` (see task_dirs), `jobs` at a time; results in their order."""
+    from miner.sandbox.docker.container import install_sigterm
+
+    install_sigterm()  # here, in the main thread: the containers start in the pool's threads
     checker = Checker(client, defer_removal=jobs > 1, verifier_mode=verifier_mode)
 
     def one(task_dir: Path) -> CheckResult:

@@ -227,3 +227,44 @@ def test_bytecode_and_shebang_tasks_check_out(tmp_path: Path) -> None:
         assert result.ok, f"{result.name}: {result.reason}"
         assert result.nop.reward == 0 and result.oracle.reward == 1
     assert any("bytecode python loads" in p for p in results[0].nop.problems), results[0].nop.problems
+
+
+def _check_containers(client, pid: int) -> list:  # noqa: ANN001 - a docker client
+    return client.containers.list(all=True, filters={"label": ["miner.purpose=check", f"miner.pid={pid}"]})
+
+
+def _started_check(client, task: Path) -> tuple:  # noqa: ANN001
+    """A `miner check` of the task in its own process, once its first container runs."""
+    import subprocess
+    import sys
+    import time
+
+    process = subprocess.Popen([sys.executable, "-c", "from miner.cli import main; main()", "check", str(task)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not _check_containers(client, process.pid):
+        assert process.poll() is None and time.monotonic() < deadline, "the check never started a container"
+        time.sleep(0.5)
+    return process
+
+
+@pytest.mark.docker
+def test_a_check_stopped_or_killed_leaves_no_container(exported: dict[str, Path]) -> None:
+    """SIGTERM (a CI job cancelled, `timeout`): the check removes its container before exiting.
+    SIGKILL: nothing can run, so the next check removes the container of the dead process."""
+    import signal
+
+    from miner.check import Checker
+    from miner.sandbox.docker.images import docker_client
+
+    client, task = docker_client(), next(iter(exported.values()))
+    stopped = _started_check(client, task)
+    stopped.send_signal(signal.SIGTERM)
+    stopped.wait(timeout=120)
+    assert _check_containers(client, stopped.pid) == []
+    killed = _started_check(client, task)
+    killed.kill()
+    killed.wait(timeout=60)
+    assert _check_containers(client, killed.pid) != []  # what the leak was
+    Checker(client)
+    assert _check_containers(client, killed.pid) == []

@@ -59,6 +59,7 @@ from miner.models import ENV_FILE, INSTRUCTION_VARIANTS, PROJECT_DIR, VENV_DIR, 
 from miner.sandbox.base import BuildSpec
 from miner.export.trusted import BOOT_NAME, RUNTIME_NAME, BootBuildError, boot_binary, runtime_text
 from miner.sandbox.docker import gateway, images, layout
+from miner.sandbox.docker.container import fork_labels
 
 DEFAULT_BASE_IMAGE = images.BOOTSTRAP_TAG  # the image `miner images bootstrap` builds
 DEFAULT_ORG = "miner"
@@ -453,7 +454,7 @@ def run_collector(client, image: str) -> dict:
     code, out, err = gateway.run_once(client, image, ["bash", "-c", COLLECT], files=files, at="/tmp",
                                       timeout=MANIFEST_TIMEOUT, network_disabled=True, cap_drop=["ALL"],
                                       security_opt=["no-new-privileges:true"],
-                                      labels=images.labels("fork", purpose="export-manifest"))
+                                      labels=fork_labels(purpose="export-manifest"))
     if code != 0:
         raise ExportError(f"measuring the healthy environment failed: {err.strip()[-800:]}")
     return json.loads(out.strip().splitlines()[-1])
@@ -470,7 +471,7 @@ def healthy_outcomes(client, image: str, test_command: str) -> dict[str, str]:
     report = "/tmp/miner-healthy.report"
     script = f"cd {PROJECT_DIR}; {runner.suite_command(test_command, report)} >/dev/null 2>&1; cat {report}"
     code, out, err = gateway.run_once(client, image, ["bash", "-c", script], timeout=HEALTHY_SUITE_TIMEOUT,
-                                      network_disabled=True, labels=images.labels("fork", purpose="export-suite"))
+                                      network_disabled=True, labels=fork_labels(purpose="export-suite"))
     results = runner.parse_report(out) if code == 0 else {}
     if not results:
         raise ExportError(f"the healthy image's test suite gave no report: {(err or out).strip()[-400:]}")

@@ -74,7 +74,7 @@ class _Registry:
             self.containers[container_id] = client
             if not self.installed:
                 atexit.register(self.cleanup)
-                _install_sigterm()
+                install_sigterm()
                 self.installed = True
 
     def discard(self, container_id: str) -> None:
@@ -95,14 +95,18 @@ class _Registry:
 REGISTRY = _Registry()
 
 
-def _install_sigterm() -> None:
-    """Turn SIGTERM into SystemExit (so finally blocks and atexit run) unless someone handles it."""
+def install_sigterm() -> None:
+    """Turn SIGTERM into SystemExit (so finally blocks and atexit run) unless someone handles it;
+    the containers this process created go first (a worker thread busy in one would otherwise
+    hold the exit until its run ends). Call it from the main thread: a signal handler can only
+    be set there."""
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
 
     def _exit(signum: int, _frame: Any) -> None:
+        REGISTRY.cleanup()
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _exit)
