@@ -202,6 +202,7 @@ def task_row(task: Task) -> dict[str, Any]:
         "category": task.category,
         "parts": [p.type_id for p in task.parts],
         "difficulty": task.difficulty,
+        "blind_repair": task.blind_repair,
         "f2p_count": len(task.f2p),
         "p2p_count": len(task.p2p),
         "summary": task.summary,
@@ -209,6 +210,25 @@ def task_row(task: Task) -> dict[str, Any]:
         "evidence": [e.model_dump() for e in task.evidence],
         "created": task.created,
     }
+
+
+def ladder_filter(repaired_by: tuple[str, ...], min_rung: str | None) -> Callable[[Task], bool]:
+    """The --repaired-by / --min-rung test of a task (its measured blind-repair label)."""
+    from miner.ladder import labels
+
+    known = labels()
+    for label in [*repaired_by, *([min_rung] if min_rung else [])]:
+        if label not in known:
+            raise click.BadParameter(f"{label!r} is no rung of the ladder ({', '.join(known)})")
+
+    def keep(task: Task) -> bool:
+        if repaired_by and task.blind_repair not in repaired_by:
+            return False
+        if min_rung and (task.blind_repair not in known or known.index(task.blind_repair) < known.index(min_rung)):
+            return False
+        return True
+
+    return keep
 
 
 def check_type_specs(store: Store, specs: list[str]) -> None:
@@ -247,12 +267,19 @@ def check_repo(store: Store, repo: str | None) -> None:
                    "compound tasks with a part of one.")
 @click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
 @click.option("--difficulty", type=click.Choice(DIFFICULTIES), help="Exact difficulty.")
+@click.option("--repaired-by", "repaired_by", multiple=True, metavar="RUNG",
+              help="Measured difficulty (`miner ladder`): the first blind repair that repairs the task, or "
+                   "needs-diagnosis (repeatable).")
+@click.option("--min-rung", metavar="RUNG",
+              help="Only tasks no blind repair weaker than RUNG repairs (needs-diagnosis: none does); unmeasured "
+                   "tasks are left out.")
 @evidence_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_context
 def tasks_list(
     ctx: click.Context, type_spec: str | None, categories: tuple[str, ...], repo: str | None,
-    difficulty: str | None, evidence: tuple[str, ...], offline: bool, as_json: bool
+    difficulty: str | None, repaired_by: tuple[str, ...], min_rung: str | None, evidence: tuple[str, ...],
+    offline: bool, as_json: bool
 ) -> None:
     """List stored tasks, optionally filtered."""
     type_ids = category_type_ids(categories)
@@ -265,6 +292,7 @@ def tasks_list(
         if not found:
             check_repo(store, repo)
         found = [task for task in found if evidence_filter(evidence, offline)(task)]
+        found = [task for task in found if ladder_filter(repaired_by, min_rung)(task)]
     rows = [task_row(t) for t in found]
     if as_json:
         print_json(rows)
@@ -275,12 +303,14 @@ def tasks_list(
     table.add_column("repo", overflow="fold")
     table.add_column("target", overflow="fold")
     table.add_column("difficulty", no_wrap=True)
+    table.add_column("repaired by", no_wrap=True)
     table.add_column("evidence", overflow="fold")
     table.add_column("f2p", justify="right")
     table.add_column("p2p", justify="right")
     for r in rows:
         kinds = ", ".join(dict.fromkeys(e["kind"] for e in r["evidence"])) or "-"
-        table.add_row(r["id"], r["type"], escape(r["repo"]), escape(r["target"]), r["difficulty"], kinds,
+        table.add_row(r["id"], r["type"], escape(r["repo"]), escape(r["target"]), r["difficulty"],
+                      r["blind_repair"] or "-", kinds,
                       str(r["f2p_count"]), str(r["p2p_count"]))
     print_table(make_console(), table)
 
@@ -380,6 +410,7 @@ def stats(ctx: click.Context, as_json: bool, coverage: bool) -> None:
     with open_store(ctx) as store:
         numbers = store.stats()
         numbers["llm"] = store.llm_stats()
+        numbers["by_blind_repair"] = blind_repair_shares(store.list_tasks())
     if as_json:
         print_json(numbers)
         return
@@ -399,8 +430,29 @@ def stats(ctx: click.Context, as_json: bool, coverage: bool) -> None:
     print_table(console, counts_table("per inversion type", "type", numbers["by_type"], extra=False))
     print_table(console, counts_table("per category", "category", by_category(numbers["by_type"]), extra=False))
     print_table(console, counts_table("per project", "repo", numbers["by_project"], extra=True))
+    if numbers["by_blind_repair"]:
+        ladder = Table(title="measured difficulty: the first blind repair that repairs the task (miner ladder)")
+        for name in ("repaired by", "tasks", "share"):
+            ladder.add_column(name, justify="right" if name != "repaired by" else "left")
+        for label, row in numbers["by_blind_repair"].items():
+            ladder.add_row(label, str(row["tasks"]), percent(row["share"]))
+        print_table(console, ladder)
     if numbers["llm"]["calls"]:
         print_llm_stats(console, numbers["llm"])
+
+
+def blind_repair_shares(found: list[Task]) -> dict[str, dict[str, float]]:
+    """Tasks and their share per ladder label, of the measured tasks (unmeasured counted apart)."""
+    from miner.ladder import labels
+
+    measured = [t for t in found if t.blind_repair]
+    if not measured:
+        return {}
+    shares = {label: {"tasks": n, "share": n / len(measured)}
+              for label in labels() if (n := sum(t.blind_repair == label for t in measured))}
+    if len(measured) < len(found):
+        shares["unmeasured"] = {"tasks": len(found) - len(measured), "share": 0.0}
+    return shares
 
 
 def _coverage(ctx: click.Context, as_json: bool) -> None:
@@ -774,6 +826,33 @@ def discover(ctx: click.Context, names: Path | None, query: str | None, npm_name
         print_json([r.public() for r in result.records])
     left = len(result.records) - len(result.kept)
     click.echo(f"{len(result.kept)} kept, {left} left out; wrote {out}", err=as_json)
+
+
+@main.command()
+@click.argument("task_ids", nargs=-1, metavar="[ID]...")
+@click.option("--again", is_flag=True, help="Measure tasks already labelled too.")
+@click.option("--backend", type=click.Choice(["local", "docker"]), default=None, help="Default: the task's own.")
+@click.pass_context
+def ladder(ctx: click.Context, task_ids: tuple[str, ...], again: bool, backend: str | None) -> None:
+    """Label stored tasks (all unlabelled ones without IDs) by the first task-blind repair of the
+    ladder that repairs them (inversions/_ladder: clear caches, drop suspect variables, reset
+    permissions, reinstall), or needs-diagnosis; `tasks list --min-rung` filters on it."""
+    from miner.healthy import SkipProject
+    from miner.ladder import labels, measure_store
+    from miner.sandbox.base import SandboxError
+    from miner.sources import FetchError
+
+    console = make_console()
+    with open_store(ctx) as store:
+        try:
+            chosen = [store.get_task(i) for i in task_ids] if task_ids else store.list_tasks()
+            chosen = [t for t in chosen if again or task_ids or t.blind_repair is None]
+            found = measure_store(store, chosen, say=lambda text: console.print(text, markup=False, highlight=False),
+                                  backend_name=backend)
+        except (StoreError, FetchError, SandboxError, SkipProject) as exc:
+            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    counts = {label: sum(v == label for v in found.values()) for label in labels()}
+    console.print(f"{len(found)} task(s) measured: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
 
 
 @main.command()

@@ -355,6 +355,9 @@ class Task(BaseModel):
     predicted_f2p: list[str] | None = None
     difficulty: str = "medium"
     difficulty_score: float = 0.0
+    # The first rung of the blind-repair ladder that repairs it (miner.ladder), "needs-diagnosis"
+    # when none does; None until measured (`miner ladder`).
+    blind_repair: str | None = None
     graph_depth: int | None = None
     instruction: str = ""
     whole_suite: bool = False

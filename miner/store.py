@@ -522,6 +522,14 @@ class Store:
             raise AmbiguousTask(f"task id prefix {id_or_prefix!r} is ambiguous: {shown}")
         return str(rows[0][0])
 
+    def set_blind_repair(self, task_id: str, label: str) -> Task:
+        """Record a task's blind-repair label (miner.ladder) in its row and its task.json."""
+        task = self.get_task(task_id).model_copy(update={"blind_repair": label})
+        with self._write() as conn:
+            conn.execute("UPDATE tasks SET task_json = ? WHERE id = ?", (task.model_dump_json(), task.id))
+            _write_synced(self.tasks_root / task.id / "task.json", task.model_dump_json(indent=2))
+        return task
+
     def get_task(self, id_or_prefix: str) -> Task:
         """The task with this id, or with the only id starting with this prefix."""
         task_id = self._resolve_id(id_or_prefix)

@@ -31,7 +31,7 @@ import hashlib
 
 import tomli_w
 
-from miner import __version__
+from miner import __version__, ecosystems
 from miner.export.archive import project_tarball
 from miner.export.common import (
     CATEGORY,
@@ -97,19 +97,21 @@ def task_config(ts: TaskSource, options: ExportOptions, pip_env: dict[str, str] 
     }
     if options.network_policy == "harbor":
         environment |= network_policy(ts, pip_env)
+    # the language of the suite's runner; a project judged by its probes alone is named by none
+    language = [ecosystems.runner_for(task.test_command).language.lower()] if has_tests(task) else []
     return {
         "schema_version": SCHEMA_VERSION,
         "task": {
             "name": task_name(ts, options),
-            "description": f"Repair the broken Python environment of {project} so its tests pass again "
+            "description": f"Repair the broken environment of {project} so its checks pass again "
                            f"({task.family} inversion, {task.difficulty}).",
-            "keywords": ["environment-repair", task.family, "python"],
+            "keywords": ["environment-repair", task.family, *language],
         },
         "metadata": {
             "author_name": "miner",
             "difficulty": task.difficulty,
             "category": CATEGORY,
-            "tags": ["environment-repair", task.family, task.type_id, "python"],
+            "tags": ["environment-repair", task.family, task.type_id, *language],
             "inversion_type": task.type_id,
             "inversion_family": task.family,
             "inversion_category": task.category,
@@ -120,6 +122,7 @@ def task_config(ts: TaskSource, options: ExportOptions, pip_env: dict[str, str] 
             "source": task.source.raw,
             "target": task.target.key,
             "difficulty_score": task.difficulty_score,
+            **({"blind_repair": task.blind_repair} if task.blind_repair else {}),
             "f2p_count": len(task.f2p),
             "p2p_count": len(task.p2p),
             # healthy-passing where the task was mined, not in the healthy image: they judge nothing

@@ -3,7 +3,7 @@
 Fields: instance_id, repo, base_commit, environment_setup_commit, FAIL_TO_PASS, PASS_TO_PASS
 (JSON-encoded lists, as in the SWE-bench datasets), problem_statement, hints_text, created_at,
 version, plus miner's own: inversion_type, inversion_family, inversion_category, compound_parts,
-instruction_variant (which instruction problem_statement holds), target, difficulty,
+instruction_variant (which instruction problem_statement holds), target, difficulty, blind_repair (miner ladder),
 difficulty_score, dockerfile, break_script, fix_script, test_command, probes, summary, and rule 8's
 evidence_kinds, evidence (one "kind: detail" line each) and allowed_hosts (what the repair must
 reach: the package index pip's defaults name, the Debian archive; empty for an offline repair).
@@ -70,6 +70,7 @@ def task_record(ts: TaskSource, options: ExportOptions) -> dict:
         "summary": task.summary,
         "difficulty": task.difficulty,
         "difficulty_score": task.difficulty_score,
+        "blind_repair": task.blind_repair,
         "test_command": task.test_command,
         "probes": json.dumps([p.model_dump() for p in task.probes]),
         "env_file": ENV_FILE,

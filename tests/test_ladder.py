@@ -1,0 +1,72 @@
+"""The blind-repair ladder (miner.ladder, `miner ladder`): tasks of the session crawl labelled by
+the first task-blind repair that repairs them, stored, filtered and counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_miner
+
+from miner.ladder import NEEDS_DIAGNOSIS, labels, load_ladder
+from miner.store import Store
+
+# What a blind repair can and cannot do, by inversion type: stale or corrupt bytecode goes with the
+# caches; a variable exported in a startup file goes with the suspects; an unreadable file gets its
+# owner's read back; a key gone from the project's own config is no reflex's to restore.
+EXPECTED = {
+    "env/pythonhome": "drop-variables",
+    "env/poison-pythonpath": "drop-variables",
+    "env/pythonwarnings-error": "drop-variables",
+    "fs/unreadable": "reset-permissions",
+    "config/missing-key": NEEDS_DIAGNOSIS,
+    "config/wrong-type": NEEDS_DIAGNOSIS,
+    "config/syntax-error": NEEDS_DIAGNOSIS,
+    "virtualenv/stale-bytecode": "clear-caches",
+    "virtualenv/bytecode-corrupt": "clear-caches",
+}
+
+
+def test_the_ladder_is_data_weakest_first() -> None:
+    rungs = load_ladder()
+    assert [r.id for r in rungs] == ["clear-caches", "drop-variables", "reset-permissions", "reinstall"]
+    assert [r.network for r in rungs] == [False, False, False, True]
+    assert labels()[-1] == NEEDS_DIAGNOSIS
+
+
+def copy_tasks(source: Path, dest: Path, type_ids: set[str]) -> list[str]:
+    """The store's tasks of the given types (one each) copied into a new store."""
+    chosen = {}
+    with Store(source, create=False) as old:
+        for task in old.list_tasks():
+            if task.type_id in type_ids and task.type_id not in chosen:
+                chosen[task.type_id] = task
+        folders = {t.id: old.task_dir(t.id) for t in chosen.values()}
+    with Store(dest) as new:
+        for task in chosen.values():
+            folder = folders[task.id]
+            files = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+                     if p.is_file() and p.name != "task.json"}
+            new.add_task(task, files)
+    return sorted(chosen)
+
+
+def test_tasks_are_labelled_stored_filtered_and_counted(mined_store: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    types = copy_tasks(mined_store, store, set(EXPECTED))
+    assert {t.split("/")[0] for t in types} >= {"env", "config"}, types
+    done = run_miner(store, "ladder")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with Store(store, create=False) as opened:
+        found = {t.type_id: t for t in opened.list_tasks()}
+        on_disk = {t.type_id: json.loads((opened.task_dir(t.id) / "task.json").read_text())["blind_repair"]
+                   for t in found.values()}
+    assert {k: t.blind_repair for k, t in found.items()} == {k: EXPECTED[k] for k in found}
+    assert on_disk == {k: EXPECTED[k] for k in found}
+    listed = run_miner(store, "tasks", "list", "--min-rung", NEEDS_DIAGNOSIS, "--json")
+    assert {r["type"] for r in json.loads(listed.stdout)} == {k for k in found if EXPECTED[k] == NEEDS_DIAGNOSIS}
+    listed = run_miner(store, "tasks", "list", "--repaired-by", "drop-variables", "--json")
+    assert {r["type"] for r in json.loads(listed.stdout)} == {k for k in found if EXPECTED[k] == "drop-variables"}
+    stats = json.loads(run_miner(store, "stats", "--json").stdout)["by_blind_repair"]
+    assert sum(row["tasks"] for row in stats.values()) == len(found)
+    assert run_miner(store, "tasks", "list", "--min-rung", "no-such-rung").returncode != 0
