@@ -283,6 +283,7 @@ def tasks_list(
 ) -> None:
     """List stored tasks, optionally filtered."""
     type_ids = category_type_ids(categories)
+    measured = ladder_filter(repaired_by, min_rung)  # a rung the ladder does not have is an error first
     with open_store(ctx) as store:
         if type_spec:
             check_type_specs(store, [type_spec])
@@ -292,7 +293,7 @@ def tasks_list(
         if not found:
             check_repo(store, repo)
         found = [task for task in found if evidence_filter(evidence, offline)(task)]
-        found = [task for task in found if ladder_filter(repaired_by, min_rung)(task)]
+        found = [task for task in found if measured(task)]
     rows = [task_row(t) for t in found]
     if as_json:
         print_json(rows)
@@ -665,6 +666,9 @@ def inversions_learn(ctx: click.Context, task_id: str, out: Path, budget: int, r
               help="Also stack K validated inversions of each project into compound tasks (0: none).")
 @click.option("--compound-budget", type=click.IntRange(min=1), default=5, show_default=True,
               help="Compound candidates tried per project (those stored by an earlier crawl count).")
+@click.option("--refuse-trivial", "refuse_trivial", is_flag=False, flag_value="reset-permissions", default=None,
+              metavar="[RUNG]", help="Refuse a validated task that a task-blind repair of the ladder up to RUNG "
+                                     "(default: reset-permissions) repairs (`miner ladder`).")
 @click.pass_context
 def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo: int | None,
           budget: int | None, seed: int, jobs: int, backend: str, select: str, timeout: float,
@@ -672,7 +676,7 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
           goal_tokens: int, agent_goals: int, agent_rounds: int, agent_steps: int, model_instructions: bool,
           per_symptom: int, min_free_gb: float, executor: str, address: str | None, batch_size: int,
           cache_dir: Path | None, cache_limit_gb: float | None, compound: int, compound_budget: int,
-          **llm: Any) -> None:
+          refuse_trivial: str | None, **llm: Any) -> None:
     """Mine repair tasks from every source of a repos file.
 
     On a terminal a live line per project; in a pipe one timestamped line per phase and per
@@ -685,6 +689,12 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
     from miner.sources import parse_repos
 
     select_types(load_catalogue(catalogue_dirs), types)  # an unknown type is an error before anything starts
+    if refuse_trivial is not None:
+        from miner.ladder import NEEDS_DIAGNOSIS, labels
+
+        if refuse_trivial not in labels() or refuse_trivial == NEEDS_DIAGNOSIS:
+            raise click.BadParameter(f"{refuse_trivial!r} is no rung of the ladder ({', '.join(labels()[:-1])})",
+                                     param_hint="--refuse-trivial")
     if executor == "ray" and inverter != "procedural":
         raise click.ClickException("--inverter agent/both runs with --executor local only (the model client "
                                    "and its token budget live in this process)")
@@ -709,7 +719,7 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
                            agent=agent, catalogue_dirs=catalogue_dirs, per_symptom=per_symptom,
                            min_free_gb=min_free_gb, executor=executor, address=address, batch_size=batch_size,
                            cache_dir=cache_dir.resolve() if cache_dir else None, cache_limit_gb=cache_limit_gb,
-                           compound=compound, compound_budget=compound_budget)
+                           compound=compound, compound_budget=compound_budget, refuse_trivial=refuse_trivial)
     with crawl_progress(console) as progress:
         report = run_crawl(repos, store, options, on_phase=progress.phase)
     print_summary(console, report)

@@ -59,6 +59,17 @@ def load_ladder() -> list[Rung]:
     return sorted(rungs, key=lambda r: r.order)
 
 
+def ladder_upto(rung: str | None) -> list[Rung]:
+    """The rungs up to and including `rung` (none for None): what --refuse-trivial tries."""
+    if rung is None:
+        return []
+    rungs = load_ladder()
+    ids = [r.id for r in rungs]
+    if rung not in ids:
+        raise ValueError(f"{rung!r} is no rung of the ladder ({', '.join(ids)})")
+    return rungs[: ids.index(rung) + 1]
+
+
 def labels() -> list[str]:
     """Every label a task may get, weakest first."""
     return [r.id for r in load_ladder()] + [NEEDS_DIAGNOSIS]

@@ -42,6 +42,7 @@ from miner.compound import CompoundOptions, build_compounds
 from miner.disk import GB, LowDisk, check_free_space
 from miner.gc import USE_LOCK, trim_cache, trim_due
 from miner.healthy import RAW_KINDS, SkipProject
+from miner.ladder import NEEDS_DIAGNOSIS, Rung, ladder_upto, measure_task
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
 from miner.inverters.procedural import ProceduralInverter
 from miner.inverters.system import targets_beneath
@@ -93,6 +94,7 @@ class CrawlOptions:
     cache_limit_gb: float | None = None  # the cache is trimmed to this after the crawl (None: left as it is)
     compound: int = 0  # stack this many validated inversions into compound tasks (0: none)
     compound_budget: int = 5  # compound candidates tried per project
+    refuse_trivial: str | None = None  # refuse a task a blind repair up to this rung repairs (miner.ladder)
 
 
 @dataclass
@@ -360,6 +362,7 @@ class _Mining:
     emit: Emit
     report: ProjectReport
     say: Say
+    trivial: list[Rung] = field(default_factory=list)  # the blind repairs a task must resist (--refuse-trivial)
 
     def settle(self, candidate: Candidate, task: Task | None, files: dict[str, str]) -> None:
         """A judged candidate: its verdict known to this unit, the candidate (with its task) emitted."""
@@ -414,7 +417,7 @@ def _mine_project(unit: Unit, prepared: Prepared, root: Path, emit: Emit, report
     ctx = Context(backend, env, state, manifest, timeout=timeout, extra=extra,
                   symptoms=unit.knowledge.symptoms_of(project.commit), per_symptom=options.per_symptom,
                   overlap=spare_core(options))
-    mining = _Mining(unit, project, ctx, graph, root, emit, report, say)
+    mining = _Mining(unit, project, ctx, graph, root, emit, report, say, trivial=ladder_upto(options.refuse_trivial))
     if batch is not None and batch.compounds:
         _stack_compounds(mining, batch)
         return []
@@ -580,6 +583,9 @@ def _try(mining: _Mining, inversion: Inversion, itype: InversionType, model: str
     report.suite_runs += candidate.suite_runs
     start = time.monotonic()
     task, files = None, {}
+    if candidate.status == "validated" and (repaired := _trivial(mining, inversion, candidate)):
+        candidate.status, candidate.rule = "rejected", "trivial"
+        candidate.detail = f"the task-blind repair {repaired!r} (miner ladder) repairs it"
     if candidate.status == "validated":
         task = make_task(project, ctx.state, candidate, itype, ctx.backend.name, mining.graph)
         task.model = model
@@ -593,6 +599,19 @@ def _try(mining: _Mining, inversion: Inversion, itype: InversionType, model: str
     candidate.timings["task"] = round(time.monotonic() - start, 3)  # making the task; the driver times its writing
     mining.settle(candidate, task, files)
     return candidate
+
+
+def _trivial(mining: _Mining, inversion: Inversion, candidate: Candidate) -> str | None:
+    """The first blind repair of mining.trivial that repairs a validated candidate, or None."""
+    if not mining.trivial:
+        return None
+    probe = Task(id=candidate.id, repo=mining.project.repo, commit=mining.project.commit,
+                 source=mining.project.source, type_id=inversion.type_id, family=inversion.family,
+                 target=inversion.target, summary=inversion.summary, break_script=inversion.break_script,
+                 fix_script=inversion.fix_script, f2p=candidate.f2p, p2p=candidate.p2p,
+                 test_command=mining.ctx.state.test_command, probes=mining.ctx.state.probes)
+    label = measure_task(mining.ctx.backend, mining.ctx.env, probe, mining.trivial, mining.ctx.extra)
+    return None if label == NEEDS_DIAGNOSIS else label
 
 
 def _result(candidate: Candidate | None) -> str:

@@ -284,6 +284,7 @@ RejectRule = Literal[
     "duplicate-symptom",  # same family and F2P set as a task already stored for the project
     "overlapping-parts",  # a compound whose parts share a target or branch, or one part's fix repairs another's
     "unsupported",  # the backend cannot run this type
+    "trivial",  # a task-blind repair of the ladder repairs it (crawl --refuse-trivial, miner.ladder)
 ]
 
 

@@ -273,9 +273,10 @@ def test_tables_in_a_pipe_are_tab_separated_and_never_wrap(store_root: Path) -> 
     narrow = {"COLUMNS": "40"}  # what a pipe used to get: rich folded every cell to fit
     lines = run("--store", str(store_root), "tasks", "list", env=narrow).output.splitlines()
     assert lines[0] == "# 3 task(s)"
-    assert lines[1].split("\t") == ["id", "type", "repo", "target", "difficulty", "evidence", "f2p", "p2p"]
+    assert lines[1].split("\t") == ["id", "type", "repo", "target", "difficulty", "repaired by", "evidence", "f2p",
+                                     "p2p"]
     rows = [line.split("\t") for line in lines[2:]]
-    assert len(rows) == 3 and all(len(row) == 8 for row in rows)
+    assert len(rows) == 3 and all(len(row) == 9 for row in rows)
     assert {row[0] for row in rows} == {t["id"] for t in json.loads(run("--store", str(store_root), "tasks", "list",
                                                                         "--json").output)}
     assert {row[2] for row in rows} == {GREETER, TABULATE}

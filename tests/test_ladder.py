@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_miner
+import pytest
+from conftest import crawl_fixture, run_miner
 
 from miner.ladder import NEEDS_DIAGNOSIS, labels, load_ladder
 from miner.store import Store
@@ -70,3 +71,20 @@ def test_tasks_are_labelled_stored_filtered_and_counted(mined_store: Path, tmp_p
     stats = json.loads(run_miner(store, "stats", "--json").stdout)["by_blind_repair"]
     assert sum(row["tasks"] for row in stats.values()) == len(found)
     assert run_miner(store, "tasks", "list", "--min-rung", "no-such-rung").returncode != 0
+
+
+@pytest.mark.slow
+def test_a_crawl_refusing_trivial_tasks_keeps_none_the_first_rungs_repair(tmp_path: Path) -> None:
+    """--refuse-trivial: a validated task a blind repair up to reset-permissions repairs is
+    rejected as `trivial` (counted, not stored); the others are stored."""
+    types = "env/pythonhome,fs/unreadable,config"
+    base = crawl_fixture(tmp_path, "inventory-app", "--types", types, "--refuse-trivial")
+    with Store(base / "store", create=False) as opened:
+        stored = opened.list_tasks()
+        rules = opened.stats()["by_rule"]
+    assert rules.get("trivial", 0) >= 1, rules
+    assert stored and all(t.family == "config" for t in stored), [t.type_id for t in stored]
+    labelled = run_miner(base / "store", "ladder")
+    assert labelled.returncode == 0, labelled.stdout[-2000:] + labelled.stderr[-2000:]
+    with Store(base / "store", create=False) as opened:
+        assert {t.blind_repair for t in opened.list_tasks()} <= {"reinstall", NEEDS_DIAGNOSIS}
