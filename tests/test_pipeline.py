@@ -62,7 +62,7 @@ def pytest_sessionfinish(session):
 '''
 TASK_FILES = {"task.json", "break.sh", "fix.sh", "instruction.md", "healthy.json", "broken.json",
               "fixed.json", "miner-version", "logs/break.log", "logs/fix.log", "logs/break-replay.log"}
-TASK_ROW_KEYS = {"id", "type", "family", "repo", "commit", "target", "category", "parts", "difficulty", "f2p_count",
+TASK_ROW_KEYS = {"id", "type", "family", "repo", "commit", "target", "category", "parts", "difficulty", "blind_repair", "f2p_count",
                  "p2p_count", "summary", "model", "evidence", "created"}
 
 
