@@ -62,8 +62,8 @@ def pytest_sessionfinish(session):
 '''
 TASK_FILES = {"task.json", "break.sh", "fix.sh", "instruction.md", "healthy.json", "broken.json",
               "fixed.json", "miner-version", "logs/break.log", "logs/fix.log", "logs/break-replay.log"}
-TASK_ROW_KEYS = {"id", "type", "family", "repo", "commit", "target", "category", "parts", "difficulty", "blind_repair", "f2p_count",
-                 "p2p_count", "summary", "model", "evidence", "created"}
+TASK_ROW_KEYS = {"id", "type", "family", "repo", "commit", "target", "category", "parts", "difficulty", "blind_repair",
+                 "f2p_count", "p2p_count", "summary", "model", "evidence", "created"}
 
 
 # -- independent checks of one task -------------------------------------------------------------
