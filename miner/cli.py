@@ -689,12 +689,12 @@ def crawl(ctx: click.Context, repos: Path, types: str | None, max_tasks_per_repo
     from miner.sources import parse_repos
 
     select_types(load_catalogue(catalogue_dirs), types)  # an unknown type is an error before anything starts
-    if refuse_trivial is not None:
-        from miner.ladder import NEEDS_DIAGNOSIS, labels
+    from miner.ladder import ladder_upto
 
-        if refuse_trivial not in labels() or refuse_trivial == NEEDS_DIAGNOSIS:
-            raise click.BadParameter(f"{refuse_trivial!r} is no rung of the ladder ({', '.join(labels()[:-1])})",
-                                     param_hint="--refuse-trivial")
+    try:
+        ladder_upto(refuse_trivial)  # a rung the ladder does not have is an error before anything starts
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--refuse-trivial") from None
     if executor == "ray" and inverter != "procedural":
         raise click.ClickException("--inverter agent/both runs with --executor local only (the model client "
                                    "and its token budget live in this process)")

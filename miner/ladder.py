@@ -23,6 +23,7 @@ import yaml
 from miner.catalogue import CatalogueError, _builtin_root
 from miner.healthy import RAW_KINDS, ExtraProbes, run_checks
 from miner.models import Task
+from miner.replay import script_network
 from miner.sandbox.base import Backend, Healthy
 
 NEEDS_DIAGNOSIS = "needs-diagnosis"
@@ -75,18 +76,11 @@ def labels() -> list[str]:
     return [r.id for r in load_ladder()] + [NEEDS_DIAGNOSIS]
 
 
-def _break_network(task: Task) -> bool:
-    from miner.catalogue import load_catalogue
-
-    itype = load_catalogue().get(task.type_id)
-    return bool(itype and itype.network.get("break"))
-
-
 def repaired_by(backend: Backend, env: Healthy, task: Task, rung: Rung, extra: ExtraProbes | None = None) -> bool:
     """Whether every check the task judges passes after the rung, run on a fresh broken copy."""
     judged = set(task.f2p) | set(task.p2p)
     with backend.fork(env) as sandbox:
-        broken = sandbox.run(task.break_script, network=_break_network(task), timeout=SCRIPT_TIMEOUT)
+        broken = sandbox.run(task.break_script, network=script_network(task, "break"), timeout=SCRIPT_TIMEOUT)
         if broken.exit_code != 0:
             raise RuntimeError(f"the task's break failed: {broken.output.strip()[-300:]}")
         sandbox.settle()

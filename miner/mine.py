@@ -42,10 +42,10 @@ from miner.compound import CompoundOptions, build_compounds
 from miner.disk import GB, LowDisk, check_free_space
 from miner.gc import USE_LOCK, trim_cache, trim_due
 from miner.healthy import RAW_KINDS, SkipProject
-from miner.ladder import NEEDS_DIAGNOSIS, Rung, ladder_upto, measure_task
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
 from miner.inverters.procedural import ProceduralInverter
 from miner.inverters.system import targets_beneath
+from miner.ladder import NEEDS_DIAGNOSIS, Rung, ladder_upto, measure_task
 from miner.inverters.targets import enumerate_targets
 from miner.model_instruction import instruction_writer
 from miner.models import (Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task,

@@ -117,7 +117,7 @@ def replay(store: Store, task_id: str, say: Say, keep: bool = False, shell: bool
     sandbox = backend.fork(env)
     try:
         say("applying the break step by step:")
-        run_steps(sandbox, task.break_script, network=_network(task, "break"), say=say)
+        run_steps(sandbox, task.break_script, network=script_network(task, "break"), say=say)
         broken = run_checks(sandbox, task.test_command, task.probes, extra=extra).outcomes()
         result.f2p = sorted(t for t, o in healthy.items() if o == "passed" and broken.get(t) != "passed")
         _diff(say, "outcomes after the break (healthy -> broken):", healthy, broken)
@@ -131,10 +131,10 @@ def replay(store: Store, task_id: str, say: Say, keep: bool = False, shell: bool
             if shell:
                 sandbox.shell()
             fresh = backend.fork(env)
-            run_steps(fresh, task.break_script, network=_network(task, "break"), say=lambda _: None)
+            run_steps(fresh, task.break_script, network=script_network(task, "break"), say=lambda _: None)
             sandbox = fresh  # the broken one stays for the user (not closed)
         say("applying the fix:")
-        fix = sandbox.run(task.fix_script, network=_network(task, "fix"), timeout=300)
+        fix = sandbox.run(task.fix_script, network=script_network(task, "fix"), timeout=300)
         say(f"  exit {fix.exit_code}" + (f": {fix.output.strip()[-500:]}" if fix.exit_code else ""))
         fixed = run_checks(sandbox, task.test_command, task.probes, extra=extra).outcomes()
         still = sorted(t for t, o in healthy.items() if o == "passed" and fixed.get(t) != "passed")
@@ -146,7 +146,7 @@ def replay(store: Store, task_id: str, say: Say, keep: bool = False, shell: bool
     return result
 
 
-def _network(task: Task, which: str) -> bool:
+def script_network(task: Task, which: str) -> bool:
     """The break's network as its type declares; the fix's as its evidence needs (rule 8)."""
     from miner.catalogue import load_catalogue
     from miner.evidence import needs_network
