@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Creates the Harbor harness venv (harbor needs Python >= 3.12) at $MINER_HARBOR_VENV
-# (default ~/.cache/miner/harbor-venv). Idempotent.
+# (default ~/.cache/miner/harbor-venv). Idempotent: a venv holding another release is replaced.
 set -euo pipefail
 VENV="${MINER_HARBOR_VENV:-$HOME/.cache/miner/harbor-venv}"
-if [ -x "$VENV/bin/harbor" ]; then
-    echo "harbor: $VENV already set up"
+VERSION=0.26.0  # the newest release on the package index (2026-12); exports are read by 0.25 too
+if [ -x "$VENV/bin/harbor" ] && [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("harbor"))')" = "$VERSION" ]; then
+    echo "harbor: $VENV already set up ($VERSION)"
     exit 0
 fi
+rm -rf "$VENV"
 PY=""
 # pyenv shims answer `command -v` even when the version is not selected: try real binaries first.
 PYENV_ROOT="${PYENV_ROOT:-$HOME/.pyenv}"
@@ -21,5 +23,5 @@ if [ -z "$PY" ]; then
 fi
 mkdir -p "$(dirname "$VENV")"
 "$PY" -m venv "$VENV"
-"$VENV/bin/pip" install -q harbor==0.25.0
+"$VENV/bin/pip" install -q "harbor==$VERSION"
 echo "harbor: installed in $VENV"

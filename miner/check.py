@@ -202,7 +202,7 @@ class Checker:
     """Builds task images and runs the nop and oracle scenarios in fresh containers."""
 
     def __init__(self, client=None, keep_images: bool = False, defer_removal: bool = False,  # noqa: ANN001
-                 verifier_mode: str = "separate") -> None:
+                 verifier_mode: str = "separate", rebuild: bool = False) -> None:
         from miner.sandbox.docker.container import prune_stale
         from miner.sandbox.docker.images import docker_client
 
@@ -215,6 +215,7 @@ class Checker:
         # Builds running side by side share cached layers: removing one task's image then would
         # delete a parent another build is using. With defer_removal, remove_built() does it at the end.
         self.defer_removal = defer_removal
+        self.rebuild = rebuild  # every build step runs again (no cached layer): what changed outside shows
         self.built: list[str] = []
 
     def remove_built(self) -> None:
@@ -229,7 +230,7 @@ class Checker:
         tag = f"miner/check:{content_id(str(task_dir.resolve()), length=12)}"
         try:
             image = build_image(self.client, context=task_dir / "environment", tag=tag, timeout=timeout,
-                                image_labels=labels("broken", check="1"), what="environment/")
+                                image_labels=labels("broken", check="1"), what="environment/", nocache=self.rebuild)
         except BuildError as exc:
             raise CheckError(f"environment/ does not build: {exc}") from None
         return image.id
@@ -425,12 +426,14 @@ def check_tests_folder(task_dir: Path, config: dict) -> None:
 
 
 def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | None = None,
-                client=None, jobs: int = 1, verifier_mode: str = "separate") -> list[CheckResult]:  # noqa: ANN001
-    """Check every task folder named by `paths` (see task_dirs), `jobs` at a time; results in their order."""
+                client=None, jobs: int = 1, verifier_mode: str = "separate",  # noqa: ANN001
+                rebuild: bool = False) -> list[CheckResult]:
+    """Check every task folder named by `paths` (see task_dirs), `jobs` at a time; results in their
+    order. `rebuild`: no build step comes from Docker's cache."""
     from miner.sandbox.docker.container import install_sigterm
 
     install_sigterm()  # here, in the main thread: the containers start in the pool's threads
-    checker = Checker(client, defer_removal=jobs > 1, verifier_mode=verifier_mode)
+    checker = Checker(client, defer_removal=jobs > 1, verifier_mode=verifier_mode, rebuild=rebuild)
 
     def one(task_dir: Path) -> CheckResult:
         result = checker.check(task_dir)

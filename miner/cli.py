@@ -54,12 +54,24 @@ def evidence_options(command: Callable) -> Callable:
     return click.option("--evidence", "evidence", multiple=True, type=click.Choice(EVIDENCE_KINDS), metavar="KIND",
                         help=f"Only tasks whose evidence is of this kind ({', '.join(EVIDENCE_KINDS)}); "
                              "repeatable.")(command)
+
+
+def ladder_options(command: Callable) -> Callable:
+    """--repaired-by RUNG (repeatable) and --min-rung RUNG: filters on the measured difficulty."""
+    command = click.option("--min-rung", metavar="RUNG",
+                           help="Only tasks no blind repair weaker than RUNG repairs (needs-diagnosis: none does); "
+                                "unmeasured tasks are left out.")(command)
+    return click.option("--repaired-by", "repaired_by", multiple=True, metavar="RUNG",
+                        help="Measured difficulty (`miner ladder`): the first blind repair that repairs the task, "
+                             "or needs-diagnosis (repeatable).")(command)
+
+
 # miner's own exceptions carry messages written for the user. They are found by name, in the
 # modules already imported, so that `miner --help` does not import what defines them.
 USER_ERRORS = (("miner.store", "StoreError"), ("miner.catalogue", "CatalogueError"),
                ("miner.sandbox.base", "SandboxError"), ("miner.sources", "FetchError"),
                ("miner.check", "CheckError"), ("miner.executors.base", "ExecutorError"),
-               ("miner.attacks", "CatalogueError"))
+               ("miner.attacks", "CatalogueError"), ("miner.importer", "DatasetError"))
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2: help, not an error
 
 
@@ -267,12 +279,7 @@ def check_repo(store: Store, repo: str | None) -> None:
                    "compound tasks with a part of one.")
 @click.option("--repo", metavar="R", help="Exact repo, or a substring of it.")
 @click.option("--difficulty", type=click.Choice(DIFFICULTIES), help="Exact difficulty.")
-@click.option("--repaired-by", "repaired_by", multiple=True, metavar="RUNG",
-              help="Measured difficulty (`miner ladder`): the first blind repair that repairs the task, or "
-                   "needs-diagnosis (repeatable).")
-@click.option("--min-rung", metavar="RUNG",
-              help="Only tasks no blind repair weaker than RUNG repairs (needs-diagnosis: none does); unmeasured "
-                   "tasks are left out.")
+@ladder_options
 @evidence_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_context
@@ -1082,8 +1089,9 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["harbor", "terminal-bench", "jsonl"]), required=True,
-              help="harbor = Terminal-Bench 2.0 task folders; terminal-bench = TB 1.0 folders; jsonl = one file.")
+@click.option("--format", "fmt", type=click.Choice(["harbor", "terminal-bench", "jsonl", "hf"]), required=True,
+              help="harbor = Terminal-Bench 2.0 task folders; terminal-bench = TB 1.0 folders; jsonl = one file; "
+                   "hf = a dataset hub's layout (rows the `datasets` library loads, with the Harbor folders).")
 @click.option("-o", "--out", type=click.Path(file_okay=False, allow_dash=True, path_type=Path), required=True,
               help="Output folder (jsonl: - writes the records to standard output).")
 @click.option("--type", "types", multiple=True, metavar="T", help="Exact type id or family; repeatable.")
@@ -1095,6 +1103,7 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
               help="The instruction: the symptom (failing command and its error), hard (the command only) or "
                    "hinted (the symptom and the area of the cause).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Export at most N tasks (oldest first).")
+@ladder_options
 @evidence_options
 @click.option("--overwrite", is_flag=True, help="Rewrite task folders (or records) that already exist.")
 @click.option("--org", default="miner", show_default=True, help="Harbor task names are ORG/NAME.")
@@ -1107,11 +1116,19 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
 @click.option("--verifier-mode", type=click.Choice(["separate", "shared"]), default="separate", show_default=True,
               help="Harbor: separate runs the verifier in a fresh container of the task's image, the agent's "
                    "changes carried over as data and none of its processes; shared in the agent's container.")
+@click.option("--dataset", metavar="ORG/NAME",
+              help="Harbor: also make the folder a dataset Harbor's registry takes (dataset.toml listing every "
+                   "task folder in it by digest) with its card (README.md).")
+@click.option("--author", "authors", multiple=True, metavar="'NAME <EMAIL>'",
+              help="Author of the tasks and the dataset (repeatable; default: miner).")
+@click.option("--task-version", default="1.0.0", show_default=True,
+              help="Harbor: the version of each task and of the dataset.")
 @click.pass_context
 def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], categories: tuple[str, ...],
-           repo: str | None, difficulty: str | None, variant: str, limit: int | None, evidence: tuple[str, ...],
-           offline: bool, overwrite: bool, org: str, base_image: str, network_policy: str,
-           verifier_mode: str) -> None:
+           repo: str | None, difficulty: str | None, variant: str, limit: int | None, repaired_by: tuple[str, ...],
+           min_rung: str | None, evidence: tuple[str, ...], offline: bool, overwrite: bool, org: str,
+           base_image: str, network_policy: str, verifier_mode: str, dataset: str | None, authors: tuple[str, ...],
+           task_version: str) -> None:
     """Export stored tasks in bulk; rerunning it leaves existing folders alone (or rewrites them identically)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -1119,17 +1136,23 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], cate
 
     try:
         options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite, network_policy=network_policy,
-                                variant=variant, verifier_mode=verifier_mode)
+                                variant=variant, verifier_mode=verifier_mode, dataset=dataset,
+                                authors=authors or ("miner",), version=task_version)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--org") from None
+        raise click.BadParameter(str(exc)) from None
+    if dataset and fmt not in ("harbor", "hf"):
+        raise click.BadParameter("a Harbor dataset holds Harbor task folders: use it with --format harbor or hf",
+                                 param_hint="--dataset")
+    measured = ladder_filter(repaired_by, min_rung)
     to_stdout = out == Path("-")
     if to_stdout and fmt != "jsonl":
         raise click.BadParameter("- (standard output) works only with --format jsonl", param_hint="--out")
     console = make_console(stderr=to_stdout)  # standard output holds the records alone
     with open_store(ctx) as store, tempfile.TemporaryDirectory(prefix="miner-export-") as scratch:
         check_type_specs(store, list(types))
-        chosen = select_tasks(store, types, repo=repo, difficulty=difficulty, limit=limit, evidence=evidence,
+        chosen = select_tasks(store, types, repo=repo, difficulty=difficulty, evidence=evidence,
                               offline=offline, type_ids=category_type_ids(categories))
+        chosen = [task for task in chosen if measured(task)][:limit]
         if not chosen:
             check_repo(store, repo)
             raise click.ClickException("no stored task matches the filters")
@@ -1154,6 +1177,9 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], cate
     size = sum(o.bytes for o in done) / max(len(done), 1) / 1e3
     console.print(f"{len(summary.outcomes)} task(s) in {summary.seconds:.1f}s, {summary.images_built} healthy "
                   f"image(s) built, {size:.0f} kB a task; kept = already there (use --overwrite to rewrite)")
+    if summary.dataset:
+        console.print(f"dataset {dataset or 'rows'}: {summary.dataset} and the card {out / 'README.md'} list every "
+                      f"task folder in {summary.dataset.parent if fmt == 'harbor' else out / 'tasks'}")
     if summary.failed:
         raise click.ClickException(f"{len(summary.failed)} task(s) could not be exported (see above)")
 
@@ -1221,6 +1247,57 @@ def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tu
     failing = [r for r in results if not r.ok]
     if failing:
         raise click.ClickException("; ".join(f"{r.name or r.path}: {r.reason}" for r in failing))
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Tasks re-checked at the same time, one container each.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+def revalidate(dataset: Path, jobs: int, as_json: bool) -> None:
+    """Re-check an exported Harbor dataset (`export --dataset`): rebuild every task with no cached layer,
+    rerun it untouched (must score 0), with solution/solve.sh (1) and its solver's view; a task folder
+    changed since the export is named and not run. The verdicts go to DATASET/checks.json and its card
+    (README.md); the exit status is 1 when any task decayed."""
+    from dataclasses import asdict
+
+    from miner.revalidate import revalidate as run
+
+    console = make_console()
+    try:
+        verdicts = run(dataset, jobs=jobs, on_verdict=lambda v: as_json or console.print(
+            f"{'[green]ok[/green]' if v.ok else '[red]DECAYED[/red]'} {escape(v.name)}"
+            + ("" if v.ok else f": {escape(v.reason)}")))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        print_json([asdict(v) for v in verdicts])
+    decayed = [v for v in verdicts if not v.ok]
+    if not as_json:
+        console.print(f"{len(verdicts) - len(decayed)}/{len(verdicts)} task(s) as exported; verdicts in "
+                      f"{dataset / 'checks.json'}, the card {dataset / 'README.md'} updated")
+    if decayed:
+        raise click.ClickException(f"{len(decayed)} task(s) decayed: "
+                                   + "; ".join(f"{v.name}: {v.reason}" for v in decayed[:5]))
+
+
+@main.command("import")
+@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to put the task folders in.")
+@click.option("--overwrite", is_flag=True, help="Replace task folders that exist with other contents.")
+def import_(source: Path, out: Path, overwrite: bool) -> None:
+    """Task folders from a dataset in the hub's layout (`export --format hf`; a local folder, e.g. a
+    downloaded hub snapshot): its rows read with the `datasets` library, each folder checked against
+    its row's digest."""
+    from miner.importer import import_tasks
+
+    done = import_tasks(source, out, overwrite=overwrite)
+    click.echo(f"{len(done.written)} task folder(s) written to {out}, {len(done.kept)} already there")
+    for name, why in done.refused.items():
+        click.echo(f"refused {name}: {why}", err=True)
+    if done.refused:
+        raise click.ClickException(f"{len(done.refused)} task(s) refused (see above)")
 
 
 def check_attacks(dirs: list[Path], attack_files: list[Path], only: list[str], jobs: int, as_json: bool,

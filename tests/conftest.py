@@ -319,7 +319,7 @@ HARBOR_RUN_TIMEOUT = 1800
 
 @dataclass(frozen=True)
 class Harbor:
-    """The reference harness, Harbor 0.25, in its own venv (see .ci/harbor-setup.sh)."""
+    """The reference harness, Harbor 0.26, in its own venv (see .ci/harbor-setup.sh)."""
 
     exe: Path
 

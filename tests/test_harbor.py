@@ -1,4 +1,4 @@
-"""Exported tasks under the reference harness, Harbor 0.25: lint, oracle and nop runs, on one task
+"""Exported tasks under the reference harness, Harbor 0.26 (the newest release): lint, oracle and nop runs, on one task
 of each family and of each evidence kind (rule 8: a task mined from a real PyPI sdist covers the
 published source; the Docker crawl's tests, test_pipeline_docker.py, cover the Debian archive).
 Each task runs on its own network route: none for an offline repair (its compose file), the
@@ -62,7 +62,7 @@ def test_the_family_runs_cover_the_evidence_kinds_a_folder_offers(dataset) -> No
 
 def test_task_configs_load_as_harbors_own_model(harbor, harbor_export, mined_store: Path, tmp_path: Path) -> None:
     """task.toml, as exported and with the network declared as Harbor's policy (no-network, or an
-    allowlist of the index's hosts), is a valid TaskConfig for Harbor 0.25 itself."""
+    allowlist of the index's hosts), is a valid TaskConfig for Harbor itself."""
     from miner.export import ExportOptions, export_tasks
     from miner.store import Store
 
@@ -75,8 +75,10 @@ def test_task_configs_load_as_harbors_own_model(harbor, harbor_export, mined_sto
     configs = [f / "task.toml" for f in folders] + sorted(declared.glob("*/task.toml"))
     code = ("import sys, tomllib\nfrom harbor.models.task.config import TaskConfig\n"
             "for path in sys.argv[1:]:\n"
-            "    env = TaskConfig.model_validate(tomllib.load(open(path, 'rb'))).environment\n"
-            "    print(env.network_mode.value, ','.join(env.allowed_hosts or []))\n")
+            "    config = TaskConfig.model_validate(tomllib.load(open(path, 'rb')))\n"
+            "    env, package = config.environment, config.task\n"
+            "    print(env.network_mode.value, ','.join(env.allowed_hosts or []), config.schema_version,\n"
+            "          package.org, package.version, package.authors[0].name, len(package.keywords))\n")
     done = subprocess.run([str(HARBOR_VENV / "bin" / "python"), "-c", code, *map(str, configs)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -85,6 +87,9 @@ def test_task_configs_load_as_harbors_own_model(harbor, harbor_export, mined_sto
     declared_modes = lines[len(folders):]
     assert {line.split(" ")[0] for line in declared_modes} == {"no-network", "allowlist"}
     assert all("pypi.org" in line for line in declared_modes if line.startswith("allowlist"))
+    # the current schema's [task] package: ORG/NAME, version, authors, keywords
+    assert {tuple(line.split(" ")[2:6]) for line in lines} == {("1.4", "miner", "1.0.0", "miner")}
+    assert all(int(line.split(" ")[6]) >= 2 for line in lines)
 
 
 # -- the published source: a real PyPI sdist -----------------------------------------------------------

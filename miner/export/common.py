@@ -63,6 +63,7 @@ from miner.sandbox.docker.container import fork_labels
 
 DEFAULT_BASE_IMAGE = images.BOOTSTRAP_TAG  # the image `miner images bootstrap` builds
 DEFAULT_ORG = "miner"
+ORG_NAME = r"[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*"  # Harbor's package and dataset names
 CATEGORY = "environment-repair"
 BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: build isolation needs new ones
 TEST_DIR_NAMES = {"test", "tests", "testing"}
@@ -114,6 +115,9 @@ class ExportOptions:
     # changes carried over as data, none of its processes) or "shared" (the agent's container).
     verifier_mode: str = "separate"
     variant: str = "symptom"  # which instruction the tasks carry (models.INSTRUCTION_VARIANTS)
+    version: str = "1.0.0"  # of each task and of the dataset (Harbor's [task] / [dataset] version)
+    authors: tuple[str, ...] = ("miner",)  # 'Name' or 'Name <email>'
+    dataset: str | None = None  # ORG/NAME: also write a Harbor dataset (dataset.toml + card) in the folder
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]*", self.org) or ".." in self.org:
@@ -123,6 +127,8 @@ class ExportOptions:
                              f"not {self.network_policy!r}")
         if self.verifier_mode not in VERIFIER_MODES:
             raise ValueError(f"--verifier-mode must be one of {', '.join(VERIFIER_MODES)}, not {self.verifier_mode!r}")
+        if self.dataset is not None and (".." in self.dataset or not re.fullmatch(ORG_NAME, self.dataset)):
+            raise ValueError(f"--dataset must be ORG/NAME (letters, digits, . _ -), not {self.dataset!r}")
         if self.variant not in INSTRUCTION_VARIANTS:
             raise ValueError(f"--variant must be one of {', '.join(INSTRUCTION_VARIANTS)}, not {self.variant!r}")
 

@@ -71,6 +71,7 @@ class ExportSummary:
     outcomes: list[TaskOutcome] = field(default_factory=list)
     seconds: float = 0.0
     images_built: int = 0
+    dataset: Path | None = None  # what the format wrote about the whole folder (a dataset's manifest or rows)
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)
@@ -108,7 +109,7 @@ def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportO
                 record = form.task_record(loader.load(task, options.variant), options)
                 records.append(record)
                 outcome.status, outcome.bytes = "written", len(json.dumps(record))
-            elif (dest := out / outcome.name).exists() and not options.overwrite:
+            elif (dest := form.task_root(out) / outcome.name).exists() and not options.overwrite:
                 outcome.status = "kept"
             else:
                 files = form.task_files(loader.load(task, options.variant), options, pip, manifests)
@@ -124,6 +125,8 @@ def export_tasks(store, tasks: list[Task], fmt: str, out: Path, options: ExportO
         written = form.write_records(out / form.file_name, records, options.overwrite)
         for outcome in summary.outcomes:
             outcome.status = written.get(f"{options.org}__{outcome.name}", outcome.status)
+    else:
+        summary.dataset = form.finish(out, options)
     summary.images_built = manifests.built
     summary.seconds = round(time.monotonic() - start, 3)
     return summary

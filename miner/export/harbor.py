@@ -28,6 +28,7 @@ Registered as the format "harbor" (miner.export.registry).
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import tomli_w
 
@@ -59,9 +60,12 @@ from miner.export.common import (
     verifier_files,
     verifier_timeout,
 )
+from miner.export.dataset import KEEP_ALL, MANIFEST, author_table, ignored_by_default, write_dataset
 from miner.export.registry import FolderFormat, register
 
-SCHEMA_VERSION = "1.1"
+# The task format of Harbor 0.25 and 0.26 (the newest on the package index): [task] has org/name,
+# version, description, authors and keywords; both releases read it.
+SCHEMA_VERSION = "1.4"
 
 
 def task_name(ts: TaskSource, options: ExportOptions) -> str:
@@ -103,9 +107,11 @@ def task_config(ts: TaskSource, options: ExportOptions, pip_env: dict[str, str] 
         "schema_version": SCHEMA_VERSION,
         "task": {
             "name": task_name(ts, options),
+            "version": options.version,
             "description": f"Repair the broken environment of {project} so its checks pass again "
                            f"({task.family} inversion, {task.difficulty}).",
             "keywords": ["environment-repair", task.family, *language],
+            "authors": [author_table(a) for a in options.authors],
         },
         "metadata": {
             "author_name": "miner",
@@ -175,6 +181,8 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     }
     files |= {f"environment/{k}": v for k, v in context.items()}
     files |= {f"tests/{k}": v for k, v in tests.items()}
+    if any(ignored_by_default(rel) for rel in files):  # Harbor's publisher would leave it out
+        files[".gitignore"] = KEEP_ALL.encode()
     return files
 
 
@@ -185,3 +193,10 @@ class Harbor(FolderFormat):
     def task_files(self, ts: TaskSource, options: ExportOptions, pip: PipForwarding,
                    manifests: ManifestCache) -> dict[str, bytes]:
         return task_files(ts, options, pip, manifests)
+
+    def finish(self, out: Path, options: ExportOptions) -> Path | None:
+        """With options.dataset: the folder's dataset.toml and card (miner.export.dataset)."""
+        if not options.dataset:
+            return None
+        write_dataset(out, options.dataset, options.version, [author_table(a) for a in options.authors])
+        return out / MANIFEST

@@ -5,6 +5,7 @@ A format is a class of one of two kinds, registered with the decorator:
     @register("harbor")
     class Harbor(FolderFormat):          # one folder per task
         def task_files(self, ts, options, pip, manifests) -> dict[str, bytes]: ...
+        def finish(self, out, options) -> Path | None: ...   # optional: files about the whole folder
 
     @register("jsonl")
     class JsonLines(RecordsFormat):      # one record per task, all in one file
@@ -35,6 +36,15 @@ class FolderFormat(abc.ABC):
     def task_files(self, ts: TaskSource, options: ExportOptions, pip: PipForwarding,
                    manifests: ManifestCache) -> dict[str, bytes]:
         """Every file of the task's folder, by folder-relative path."""
+
+    def task_root(self, out: Path) -> Path:
+        """Where the task folders go in the output folder."""
+        return out
+
+    def finish(self, out: Path, options: ExportOptions) -> Path | None:
+        """After the tasks: the files describing the whole output folder (a dataset's manifest,
+        rows, card), built from the folders on disk; the main one written, or None."""
+        return None
 
 
 class RecordsFormat(abc.ABC):

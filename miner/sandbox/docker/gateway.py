@@ -88,11 +88,13 @@ def build_image(
     target: str | None = None,
     timeout: float | None = None,
     what: str = "image",
+    nocache: bool = False,
 ) -> Image:
     """Build an image from a context folder (or a lone Dockerfile text), up to stage `target`;
-    BuildError naming `what`, with the log's tail, on failure."""
+    BuildError naming `what`, with the log's tail, on failure. `nocache` runs every step again
+    (the base image is never pulled: it is whatever the engine holds under its name)."""
     kwargs: dict[str, Any] = dict(tag=tag, rm=True, forcerm=True, labels=image_labels or None,
-                                  buildargs=buildargs or None, pull=False)
+                                  buildargs=buildargs or None, pull=False, nocache=nocache)
     if target:
         kwargs["target"] = target
     if timeout:
