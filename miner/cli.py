@@ -71,7 +71,8 @@ def ladder_options(command: Callable) -> Callable:
 USER_ERRORS = (("miner.store", "StoreError"), ("miner.catalogue", "CatalogueError"),
                ("miner.sandbox.base", "SandboxError"), ("miner.sources", "FetchError"),
                ("miner.check", "CheckError"), ("miner.executors.base", "ExecutorError"),
-               ("miner.attacks", "CatalogueError"), ("miner.importer", "DatasetError"))
+               ("miner.attacks", "CatalogueError"), ("miner.importer", "DatasetError"),
+               ("miner.export.common", "ExportError"))
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2: help, not an error
 
 
@@ -1123,12 +1124,17 @@ def gc(ctx: click.Context, dry_run: bool, cache_limit_gb: float, no_images: bool
               help="Author of the tasks and the dataset (repeatable; default: miner).")
 @click.option("--task-version", default="1.0.0", show_default=True,
               help="Harbor: the version of each task and of the dataset.")
+@click.option("--images", is_flag=True,
+              help="Harbor: also build each task's image once, named by the digest of what it is built from, "
+                   "written into task.toml as docker_image; pushed to --registry, else saved in DIR/images.tar.")
+@click.option("--registry", metavar="HOST[:PORT]/PREFIX",
+              help="With --images: push the images there (a registry the engine can push to).")
 @click.pass_context
 def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], categories: tuple[str, ...],
            repo: str | None, difficulty: str | None, variant: str, limit: int | None, repaired_by: tuple[str, ...],
            min_rung: str | None, evidence: tuple[str, ...], offline: bool, overwrite: bool, org: str,
            base_image: str, network_policy: str, verifier_mode: str, dataset: str | None, authors: tuple[str, ...],
-           task_version: str) -> None:
+           task_version: str, images: bool, registry: str | None) -> None:
     """Export stored tasks in bulk; rerunning it leaves existing folders alone (or rewrites them identically)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -1137,9 +1143,15 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], cate
     try:
         options = ExportOptions(org=org, base_image=base_image, overwrite=overwrite, network_policy=network_policy,
                                 variant=variant, verifier_mode=verifier_mode, dataset=dataset,
-                                authors=authors or ("miner",), version=task_version)
+                                authors=authors or ("miner",), version=task_version, images=images,
+                                registry=registry)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    if (images or registry) and fmt not in ("harbor", "hf"):
+        raise click.BadParameter("task images are named in Harbor's task.toml: use --images with --format harbor or hf",
+                                 param_hint="--images")
+    if registry and not images:
+        raise click.BadParameter("--registry is where --images pushes: give --images too", param_hint="--registry")
     if dataset and fmt not in ("harbor", "hf"):
         raise click.BadParameter("a Harbor dataset holds Harbor task folders: use it with --format harbor or hf",
                                  param_hint="--dataset")
@@ -1177,6 +1189,9 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], cate
     size = sum(o.bytes for o in done) / max(len(done), 1) / 1e3
     console.print(f"{len(summary.outcomes)} task(s) in {summary.seconds:.1f}s, {summary.images_built} healthy "
                   f"image(s) built, {size:.0f} kB a task; kept = already there (use --overwrite to rewrite)")
+    if images:
+        where = f"pushed to {registry}" if registry else f"saved in {out / 'images.tar'} (docker load -i)"
+        console.print(f"task images: built for every task folder of {out}, named in its task.toml, {where}")
     if summary.dataset:
         console.print(f"dataset {dataset or 'rows'}: {summary.dataset} and the card {out / 'README.md'} list every "
                       f"task folder in {summary.dataset.parent if fmt == 'harbor' else out / 'tasks'}")

@@ -236,3 +236,102 @@ def test_hub_rows_load_with_datasets_and_import_gives_back_the_same_tasks(mined_
     partial = runner.invoke(main, ["import", str(out), "-o", str(tmp_path / "partial")])
     assert partial.exit_code != 0 and f"refused {victim['name']}" in partial.output
     assert len(dataset_tasks(tmp_path / "partial")) == 2
+
+
+# -- pre-built images (--images) -----------------------------------------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def local_registry(tmp_path: Path):
+    """A Docker registry (Debian's docker-registry, the distribution project's server) on a free
+    local port, storing in tmp_path; its address. The engine pushes to 127.0.0.1 without TLS."""
+    import time
+    import urllib.request
+
+    from conftest import need
+
+    exe = shutil.which("docker-registry")
+    need("registry", None if exe else "Debian's docker-registry is not installed (apt-get install docker-registry)")
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'blobs'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    server = subprocess.Popen([exe, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def environment_digest(folder: Path) -> str:
+    from miner.export.dataset import content_digest
+
+    return content_digest({p.relative_to(folder).as_posix(): p.read_bytes()
+                           for p in (folder / "environment").rglob("*") if p.is_file()})
+
+
+@pytest.mark.slow
+@pytest.mark.harbor
+@pytest.mark.docker
+def test_images_are_named_by_digest_pushed_and_run_by_harbor_without_a_build(mined_store: Path, tmp_path: Path,
+                                                                           local_registry: str, harbor) -> None:
+    """`--images --registry`: each task names its image by the digest of environment/, the image is in
+    the registry, and Harbor runs the task from it (pulled: the local copy was removed) with the oracle
+    scoring 1 and nop 0. Without a registry the images land in one archive docker can load."""
+    import tarfile
+    import urllib.request
+
+    import docker
+    from conftest import harbor_rewards
+    from test_export import copy_store
+
+    root = copy_store(mined_store, tmp_path / "store")
+    with Store(root, create=False) as opened:
+        task = next(t for t in opened.list_tasks() if t.family == "config")
+    env = {"MINER_STORE": str(root), "COLUMNS": "200"}
+    out = tmp_path / "pushed"
+    done = CliRunner().invoke(main, export_args(out, "--type", task.type_id, "--repo", task.repo, "--limit", "1",
+                                                "--images", "--registry", f"{local_registry}/minertest",
+                                                "--dataset", "acme/images"), env=env)
+    assert done.exit_code == 0, done.output
+    (folder_task,) = dataset_tasks(out)
+    ref = folder_task.config["environment"]["docker_image"]
+    folder = folder_task.folder
+    assert ref == f"{local_registry}/minertest/{folder.name}:sha256-{environment_digest(folder)}"
+    tags = json.loads(urllib.request.urlopen(f"http://{local_registry}/v2/minertest/{folder.name}/tags/list").read())
+    assert tags["tags"] == [ref.rsplit(":", 1)[1]]
+    client = docker.from_env()
+    client.images.remove(ref, force=True)
+    for agent, expected in (("oracle", 1.0), ("nop", 0.0)):
+        jobs = tmp_path / f"jobs-{agent}"
+        run = harbor("run", "-p", out, "-a", agent, "-o", jobs, "-n", "1")
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert harbor_rewards(jobs) == {folder.name: expected}, run.stdout[-2000:]
+    assert client.images.get(ref)  # pulled from the registry to run
+    client.images.remove(ref, force=True)
+    # no registry: one archive
+    local = tmp_path / "archived"
+    done = CliRunner().invoke(main, export_args(local, "--type", task.type_id, "--repo", task.repo, "--limit", "1",
+                                                "--images"), env=env)
+    assert done.exit_code == 0, done.output
+    ref = dataset_tasks(local)[0].config["environment"]["docker_image"]
+    assert ref.startswith("miner-tasks/")
+    with tarfile.open(local / "images.tar") as archive:
+        manifest = json.load(archive.extractfile("manifest.json"))
+    assert [tag for entry in manifest for tag in entry["RepoTags"]] == [ref]
+    client.images.remove(ref, force=True)

@@ -118,6 +118,8 @@ class ExportOptions:
     version: str = "1.0.0"  # of each task and of the dataset (Harbor's [task] / [dataset] version)
     authors: tuple[str, ...] = ("miner",)  # 'Name' or 'Name <email>'
     dataset: str | None = None  # ORG/NAME: also write a Harbor dataset (dataset.toml + card) in the folder
+    images: bool = False  # Harbor: name a pre-built image in each task, built after the export (export.images)
+    registry: str | None = None  # with images: push them there (else one archive, images.tar)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]*", self.org) or ".." in self.org:

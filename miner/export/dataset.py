@@ -65,12 +65,17 @@ def publishable(folder: Path) -> list[str]:
     return sorted(found)
 
 
+def content_digest(files: dict[str, bytes]) -> str:
+    """Harbor's digest (hex) of files by folder-relative path: sha256 over "path\\0sha256(file)\\n" in path order."""
+    outer = hashlib.sha256()
+    for rel in sorted(files):
+        outer.update(f"{rel}\0{hashlib.sha256(files[rel]).hexdigest()}\n".encode())
+    return outer.hexdigest()
+
+
 def task_digest(folder: Path) -> str:
     """Harbor's content digest of a task folder ("sha256:<hex>")."""
-    outer = hashlib.sha256()
-    for rel in publishable(folder):
-        outer.update(f"{rel}\0{hashlib.sha256((folder / rel).read_bytes()).hexdigest()}\n".encode())
-    return f"sha256:{outer.hexdigest()}"
+    return f"sha256:{content_digest({rel: (folder / rel).read_bytes() for rel in publishable(folder)})}"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,11 @@
                             solver_view.json (the instruction's command as `miner check` runs it)
       solution/solve.sh     the validated fix script
 
+task.toml follows Harbor's current schema (1.4: [task] ORG/NAME, version, description, authors,
+keywords); with ExportOptions.images it names the task's pre-built image ([environment]
+docker_image, miner.export.images); with ExportOptions.dataset the folder also gets the registry's
+dataset.toml and the dataset card (miner.export.dataset).
+
 The network, rule 8: a task whose repair needs the package index or the Debian archive keeps the
 network and lists the hosts in [metadata] allowed_hosts; any other task runs with none
 (`network_mode: none` in its compose file, which Harbor's docker environment honours as it is).
@@ -61,6 +66,7 @@ from miner.export.common import (
     verifier_timeout,
 )
 from miner.export.dataset import KEEP_ALL, MANIFEST, author_table, ignored_by_default, write_dataset
+from miner.export.images import build_task_images, context_digest, image_ref
 from miner.export.registry import FolderFormat, register
 
 # The task format of Harbor 0.25 and 0.26 (the newest on the package index): [task] has org/name,
@@ -172,7 +178,6 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     config = task_config(ts, options, pip.env)
     config["metadata"][TESTS_DIGEST_KEY] = hashlib.sha256(sums).hexdigest()
     files: dict[str, bytes] = {
-        "task.toml": tomli_w.dumps(config).encode(),
         "instruction.md": instruction(ts).encode(),
         "environment/Dockerfile": dockerfile(ts, options.base_image, pip, marker=separate).encode(),
         "environment/docker-compose.yaml": compose_override("main", offline=offline(ts, pip.env)).encode(),
@@ -181,6 +186,9 @@ def task_files(ts: TaskSource, options: ExportOptions, pip: PipForwarding,
     }
     files |= {f"environment/{k}": v for k, v in context.items()}
     files |= {f"tests/{k}": v for k, v in tests.items()}
+    if options.images:  # named by what it is built from: miner.export.images
+        config["environment"]["docker_image"] = image_ref(options.registry, ts.name, context_digest(files))
+    files["task.toml"] = tomli_w.dumps(config).encode()
     if any(ignored_by_default(rel) for rel in files):  # Harbor's publisher would leave it out
         files[".gitignore"] = KEEP_ALL.encode()
     return files
@@ -195,7 +203,10 @@ class Harbor(FolderFormat):
         return task_files(ts, options, pip, manifests)
 
     def finish(self, out: Path, options: ExportOptions) -> Path | None:
-        """With options.dataset: the folder's dataset.toml and card (miner.export.dataset)."""
+        """With options.images: every task's image built and pushed or archived (miner.export.images);
+        with options.dataset: the folder's dataset.toml and card (miner.export.dataset)."""
+        if options.images:
+            build_task_images(out, options.registry)
         if not options.dataset:
             return None
         write_dataset(out, options.dataset, options.version, [author_table(a) for a in options.authors])

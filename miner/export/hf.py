@@ -25,6 +25,7 @@ import yaml
 from miner.export.common import DEFAULT_ORG, ExportOptions
 from miner.export.dataset import DatasetTask, author_table, card, dataset_tasks, read_checks, read_manifest, write_dataset
 from miner.export.harbor import Harbor
+from miner.export.images import build_task_images
 from miner.export.registry import register
 
 ROWS = "data/tasks.jsonl"
@@ -69,6 +70,8 @@ class HubRows(Harbor):
     def finish(self, out: Path, options: ExportOptions) -> Path:
         name = options.dataset or f"{options.org or DEFAULT_ORG}/environment-repair"
         root = self.task_root(out)
+        if options.images:
+            build_task_images(root, options.registry)
         write_dataset(root, name, options.version, [author_table(a) for a in options.authors])
         digests = {t["name"]: t["digest"] for t in read_manifest(root)["tasks"]}
         rows = [row(task, digests[task.name]) for task in dataset_tasks(root)]
