@@ -9,6 +9,7 @@ copy: a folder that does not is refused, named, and the others still come.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +36,11 @@ def load_rows(source: Path) -> list[dict]:
         raise DatasetError("reading a hub dataset needs the `datasets` library: pip install 'miner[hf]'") from None
     if not (source / "README.md").is_file():
         raise DatasetError(f"{source} holds no README.md: not a dataset exported with --format hf")
+    # the library's cache knows a local dataset by its folder's name and layout, not its contents: a
+    # dataset exported again into a folder of the same name would come back as the old rows
     try:
-        return list(datasets.load_dataset(str(source), split="train"))
+        with tempfile.TemporaryDirectory(prefix="miner-import-") as cache:
+            return list(datasets.load_dataset(str(source), split="train", cache_dir=cache))
     except (ValueError, FileNotFoundError, datasets.exceptions.DatasetGenerationError) as exc:
         raise DatasetError(f"{source}: the datasets library cannot load it: {exc}") from None
 

@@ -215,7 +215,7 @@ def test_hub_rows_load_with_datasets_and_import_gives_back_the_same_tasks(mined_
     done = runner.invoke(main, ["export", "--format", "hf", "--out", str(out), "--limit", "3",
                                 "--dataset", "acme/env-repair"], env=env)
     assert done.exit_code == 0, done.output
-    rows = list(load_dataset(str(out), split="train"))
+    rows = list(load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf-cache")))
     listed = {t["name"]: t["digest"] for t in tomllib.loads((out / "tasks" / MANIFEST).read_text())["tasks"]}
     assert len(rows) == 3 and {r["name"]: r["digest"] for r in rows} == listed
     for r in rows:
@@ -236,6 +236,12 @@ def test_hub_rows_load_with_datasets_and_import_gives_back_the_same_tasks(mined_
     partial = runner.invoke(main, ["import", str(out), "-o", str(tmp_path / "partial")])
     assert partial.exit_code != 0 and f"refused {victim['name']}" in partial.output
     assert len(dataset_tasks(tmp_path / "partial")) == 2
+    # another dataset in a folder of the same name: its own rows, not the library's cached ones
+    other = tmp_path / "again" / "hf"
+    done = runner.invoke(main, ["export", "--format", "hf", "--out", str(other), "--limit", "1"], env=env)
+    assert done.exit_code == 0, done.output
+    imported = runner.invoke(main, ["import", str(other), "-o", str(tmp_path / "other")])
+    assert imported.exit_code == 0 and "1 task folder(s) written" in imported.output, imported.output
 
 
 # -- pre-built images (--images) -----------------------------------------------------------------
