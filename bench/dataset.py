@@ -23,6 +23,9 @@ import time
 import tomllib
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from conftest import harbor_rewards  # noqa: E402 - the tests' reader of Harbor's job results
+
 HARBOR = Path.home() / ".cache" / "miner" / "harbor-venv" / "bin" / "harbor"
 
 
@@ -36,15 +39,6 @@ def miner(store: Path, *args: str | Path) -> tuple[subprocess.CompletedProcess[s
 def harbor(exe: Path, *args: str | Path, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env={**__import__("os").environ, "NO_COLOR": "1", "COLUMNS": "200"})
-
-
-def rewards(jobs: Path) -> dict[str, float | None]:
-    found = {}
-    for result in jobs.glob("*/*/result.json"):
-        data = json.loads(result.read_text())
-        task = Path(data["task_id"]["path"]).name if isinstance(data.get("task_id"), dict) else data.get("task_name")
-        found[task] = ((data.get("verifier_result") or {}).get("rewards") or {}).get("reward")
-    return found
 
 
 def sample(folders: list[Path], size: int) -> list[Path]:
@@ -90,7 +84,7 @@ def main() -> int:
     for agent in ("oracle", "nop"):
         start = time.monotonic()
         ran = harbor(args.harbor, "run", "-p", run_dir, "-a", agent, "-o", args.out / f"jobs-{agent}", "-n", "2")
-        got = rewards(args.out / f"jobs-{agent}")
+        got = harbor_rewards(args.out / f"jobs-{agent}")
         print(f"3. harbor run -a {agent} on {len(picked)} tasks (one per family): rewards "
               f"{sorted(got.values(), key=str)} in {time.monotonic() - start:.0f}s (exit {ran.returncode})")
     done, seconds = miner(args.store, "export", "--format", "hf", "--out", hf, "--dataset", "bench/env-repair")

@@ -145,7 +145,7 @@ HARBOR = HARBOR_VENV / "bin" / "harbor"
 
 
 def required() -> set[str]:
-    """The resources MINER_REQUIRE names (comma list of docker, harbor, overlay, ray, pypi)."""
+    """The resources MINER_REQUIRE names (comma list of docker, harbor, overlay, ray, pypi, registry)."""
     return {word.strip() for word in os.environ.get(REQUIRE_VAR, "").split(",") if word.strip()}
 
 
