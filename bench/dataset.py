@@ -9,7 +9,9 @@ Side by side, in one run, on every task of the store:
   3. `harbor run` with oracle and nop on a sample (one task per family, up to --sample): rewards;
   4. `miner export --format hf` of the same tasks, `datasets.load_dataset` on it and `miner import`
      back: rows, and whether names and digests are the same;
-  5. `miner revalidate` on a dataset of the sample: verdicts and time per task (no-cache rebuilds).
+  5. `miner revalidate` on a dataset of the sample: verdicts and time per task (no-cache rebuilds);
+  6. `miner check --ladder` on the sample: the label on the exported task against the one measured
+     where it was mined.
 """
 
 from __future__ import annotations
@@ -111,6 +113,15 @@ def main() -> int:
     print(f"5. revalidate {len(names)} tasks: {sum(v['ok'] for v in verdicts)} as exported, "
           f"{[v['reason'] for v in verdicts if not v['ok']]} decayed, {seconds:.0f}s "
           f"({seconds / max(len(names), 1):.0f}s a task), exit {revalidated.returncode}")
+    start = time.monotonic()
+    laddered = subprocess.run([sys.executable, "-c", "from miner.cli import main; main()", "check", "--ladder",
+                               "--json", "--jobs", "2", str(small)], capture_output=True, text=True)
+    results = json.loads(laddered.stdout or "[]")
+    seconds = time.monotonic() - start
+    print(f"6. check --ladder on the {len(names)} exported tasks ({seconds:.0f}s): "
+          f"{sum(r['label'] == r['mined'] for r in results)} labelled as where they were mined; "
+          + "; ".join(f"{r['name'].split('/')[-1]}: {r['mined'] or '-'} -> {r['label'] or r['error']}"
+                      for r in results))
     return 0
 
 

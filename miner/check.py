@@ -44,11 +44,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
 from miner.models import SolverView, content_id
-from miner.sandbox.docker.gateway import build_image, read_file, remove_image, tar_folder
+from miner.sandbox.docker.gateway import build_image, read_file, remove_image, tar_files, tar_folder
 from miner.solver_view import judge, read_view, view_script
 
 REQUIRED = ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh")
@@ -63,6 +64,7 @@ VERDICT = "/logs/verifier/verdict.json"
 BOOT_REJECT = re.compile(r"^verifier: REJECT: (.+)$", re.MULTILINE)  # boot.c's reasons for not running it
 SOLVER_VIEW = "tests/solver_view.json"
 VIEW_TIMEOUT = 600
+RUNG_TIMEOUT = 900  # a blind repair's script (miner.ladder.SCRIPT_TIMEOUT in the mining sandbox)
 STDOUT = "/logs/verifier/test-stdout.txt"
 # Harbor's verifier command (harbor.utils.scripts.build_execution_command), run as it runs it.
 TEST_COMMAND = f"(/tests/test.sh) > {STDOUT} 2>&1"
@@ -119,6 +121,18 @@ class CheckResult:
         if self.oracle.view:
             return f"solver's view, after solution/solve.sh: {self.oracle.view[0]}"
         return ""
+
+
+@dataclass
+class LadderResult:
+    """The blind-repair ladder on one exported task (`miner check --ladder`)."""
+
+    path: Path
+    name: str = ""
+    label: str = ""  # the first rung the verifier scores 1 after, or needs-diagnosis
+    mined: str = ""  # the label measured where the task was mined (task.toml's blind_repair; "" unmeasured)
+    rewards: dict[str, float | None] = field(default_factory=dict)  # by rung tried
+    error: str = ""
 
 
 class CheckError(Exception):
@@ -374,10 +388,52 @@ class Checker:
                 result.nop = self.scenario(image, task_dir, config, with_solution=False)
                 result.oracle = self.scenario(image, task_dir, config, with_solution=True)
             finally:
-                if not self.keep_images and self.defer_removal:
-                    self.built.append(image)  # removed at the end: another build may use its parent
-                elif not self.keep_images:
-                    self.client.images.remove(image, force=True)
+                self.release(image)
+        except CheckError as exc:
+            result.error = str(exc)
+        return result
+
+    def release(self, image: str) -> None:
+        """Done with a task's image: removed now, at the end (defer_removal) or never (keep_images)."""
+        if not self.keep_images and self.defer_removal:
+            self.built.append(image)  # removed at the end: another build may use its parent
+        elif not self.keep_images:
+            self.client.images.remove(image, force=True)
+
+    def blind_repair(self, image: str, task_dir: Path, config: dict, script: str, network: bool) -> Scenario:
+        """A fresh container of the task's image, a task-blind repair script run in it as the agent
+        (instead of solve.sh), then the verifier as the task declares it."""
+        container = self.start(image, task_dir, network=network)
+        try:
+            container.put_archive("/tmp", tar_files({"miner-rung.sh": script.encode()}))
+            self.run(container, ["bash", "-c", "bash /tmp/miner-rung.sh > /tmp/miner-rung.log 2>&1"], RUNG_TIMEOUT)
+            return self.verify(container, task_dir, config, image)
+        finally:
+            discard(container)
+
+    def ladder(self, task_dir: Path, rungs: list) -> LadderResult:  # list[miner.ladder.Rung]
+        """The exported task's measured difficulty: the first rung whose repair the verifier scores 1."""
+        from miner.ladder import NEEDS_DIAGNOSIS
+
+        result = LadderResult(path=task_dir)
+        try:
+            config = read_config(task_dir)
+            result.name = config["task"]["name"]
+            result.mined = config.get("metadata", {}).get("blind_repair", "")
+            check_tests_folder(task_dir, config)
+            image = self.build(task_dir, float(config.get("environment", {}).get("build_timeout_sec") or 1200))
+            try:
+                result.label = NEEDS_DIAGNOSIS
+                for rung in rungs:
+                    # the network only where the agent has it too: a rung that needs it and a task that keeps it
+                    scored = self.blind_repair(image, task_dir, config, rung.script,
+                                               rung.network and repair_network(config))
+                    result.rewards[rung.id] = scored.reward
+                    if scored.reward == 1:
+                        result.label = rung.id
+                        break
+            finally:
+                self.release(image)
         except CheckError as exc:
             result.error = str(exc)
         return result
@@ -425,18 +481,18 @@ def check_tests_folder(task_dir: Path, config: dict) -> None:
                              "version: export it again): nothing is scored")
 
 
-def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | None = None,
-                client=None, jobs: int = 1, verifier_mode: str = "separate",  # noqa: ANN001
-                rebuild: bool = False) -> list[CheckResult]:
-    """Check every task folder named by `paths` (see task_dirs), `jobs` at a time; results in their
-    order. `rebuild`: no build step comes from Docker's cache."""
+R = TypeVar("R")
+
+
+def each_task(paths: list[Path], work: Callable[[Checker, Path], R], on_result: Callable[[R], None] | None,
+              checker: Checker, jobs: int) -> list[R]:
+    """`work` on every task folder named by `paths` (see task_dirs), `jobs` at a time; results in their order."""
     from miner.sandbox.docker.container import install_sigterm
 
     install_sigterm()  # here, in the main thread: the containers start in the pool's threads
-    checker = Checker(client, defer_removal=jobs > 1, verifier_mode=verifier_mode, rebuild=rebuild)
 
-    def one(task_dir: Path) -> CheckResult:
-        result = checker.check(task_dir)
+    def one(task_dir: Path) -> R:
+        result = work(checker, task_dir)
         if on_result is not None:
             on_result(result)
         return result
@@ -446,3 +502,23 @@ def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | No
             return list(pool.map(one, task_dirs(paths)))
     finally:
         checker.remove_built()
+
+
+def check_tasks(paths: list[Path], on_result: Callable[[CheckResult], None] | None = None,
+                client=None, jobs: int = 1, verifier_mode: str = "separate",  # noqa: ANN001
+                rebuild: bool = False) -> list[CheckResult]:
+    """Check every task folder named by `paths` (see task_dirs), `jobs` at a time; results in their
+    order. `rebuild`: no build step comes from Docker's cache."""
+    checker = Checker(client, defer_removal=jobs > 1, verifier_mode=verifier_mode, rebuild=rebuild)
+    return each_task(paths, Checker.check, on_result, checker, jobs)
+
+
+def ladder_tasks(paths: list[Path], on_result: Callable[[LadderResult], None] | None = None,
+                 client=None, jobs: int = 1) -> list[LadderResult]:  # noqa: ANN001
+    """The blind-repair ladder (miner.ladder's rungs, weakest first) on every exported task named by
+    `paths`, each rung in a fresh container of the task's image, scored by the task's own verifier."""
+    from miner.ladder import load_ladder
+
+    rungs = load_ladder()
+    checker = Checker(client, defer_removal=jobs > 1)
+    return each_task(paths, lambda c, task_dir: c.ladder(task_dir, rungs), on_result, checker, jobs)

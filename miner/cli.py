@@ -1226,8 +1226,12 @@ def solver_view_cell(result: CheckResult) -> str:
                    "shared: inside the agent's container, as a harness that only shares does.")
 @click.option("--generated", is_flag=True,
               help="With --attacks: also the generated shortcuts (every hook point with every payload).")
+@click.option("--ladder", is_flag=True,
+              help="Instead: measure each task's difficulty on the exported task, the blind-repair ladder's rungs "
+                   "run as the agent in fresh containers and scored by the task's verifier, against the label "
+                   "measured when it was mined.")
 def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tuple[Path, ...], only: tuple[str, ...],
-          jobs: int, verifier_mode: str, generated: bool) -> None:
+          jobs: int, verifier_mode: str, generated: bool, ladder: bool) -> None:
     """Check exported Harbor tasks in Docker: the verifier scores 0 untouched and 1 after solution/solve.sh.
 
     DIRS are task folders, or folders holding task folders. With --attacks, every shortcut of the
@@ -1239,6 +1243,8 @@ def check(dirs: tuple[Path, ...], as_json: bool, attacks: bool, attack_files: tu
     if not task_dirs(list(dirs)):
         raise click.ClickException(f"no exported task in {', '.join(map(str, dirs))} "
                                    "(a task folder holds task.toml; give it or the folder holding it)")
+    if ladder:
+        return check_ladder(list(dirs), jobs, as_json)
     if attacks or attack_files or only or generated:
         return check_attacks(list(dirs), list(attack_files), list(only), jobs, as_json, verifier_mode, generated)
     console = make_console()
@@ -1313,6 +1319,30 @@ def import_(source: Path, out: Path, overwrite: bool) -> None:
         click.echo(f"refused {name}: {why}", err=True)
     if done.refused:
         raise click.ClickException(f"{len(done.refused)} task(s) refused (see above)")
+
+
+def check_ladder(dirs: list[Path], jobs: int, as_json: bool) -> None:
+    """`check --ladder`: each exported task's label, and whether it is the one measured at mining."""
+    from dataclasses import asdict
+
+    from miner.check import ladder_tasks
+
+    console = make_console()
+    results = ladder_tasks(dirs, jobs=jobs, on_result=lambda r: as_json or console.print(
+        f"{escape(r.name or str(r.path))}: {r.label or escape(r.error)}"))
+    if as_json:
+        print_json([asdict(r) | {"path": str(r.path)} for r in results])
+        return
+    table = Table(title="the blind-repair ladder on the exported tasks")
+    for column in ("task", "first rung that repairs", "measured at mining", "same"):
+        table.add_column(column)
+    for r in results:
+        same = "-" if not r.mined or r.error else "yes" if r.mined == r.label else "[red]no[/red]"
+        table.add_row(escape(r.name or str(r.path)), r.label or f"[red]{escape(r.error)}[/red]", r.mined or "-", same)
+    print_table(console, table)
+    failed = [r for r in results if r.error]
+    if failed:
+        raise click.ClickException("; ".join(f"{r.name or r.path}: {r.error}" for r in failed))
 
 
 def check_attacks(dirs: list[Path], attack_files: list[Path], only: list[str], jobs: int, as_json: bool,

@@ -88,3 +88,43 @@ def test_a_crawl_refusing_trivial_tasks_keeps_none_the_first_rungs_repair(tmp_pa
     assert labelled.returncode == 0, labelled.stdout[-2000:] + labelled.stderr[-2000:]
     with Store(base / "store", create=False) as opened:
         assert {t.blind_repair for t in opened.list_tasks()} <= {"reinstall", NEEDS_DIAGNOSIS}
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_ladder_on_exported_tasks_gives_the_labels_measured_at_mining(mined_store: Path, harbor_export,
+                                                                         tmp_path: Path) -> None:
+    """`miner check --ladder`: each rung run as the agent in a fresh container of the exported task's
+    image, scored by the task's own verifier. An exported task is never easier than where it was
+    mined, and can be harder: its verifier also wants the environment as healthy as its image (a
+    break's leftover, inert once its variable is gone, still fails it), so env/poison-pythonpath,
+    which drop-variables repairs in the mining sandbox, needs a diagnosis once exported."""
+    from click.testing import CliRunner
+    from test_export import copy_store
+
+    from miner.cli import main
+    from miner.export import ExportOptions, export_tasks
+
+    root = copy_store(mined_store, tmp_path / "store")
+    wanted = ("env/poison-pythonpath", "fs/unreadable", "config/missing-key")
+    with Store(root, create=False) as opened:
+        chosen = {t.type_id: t for t in reversed(opened.list_tasks()) if t.type_id in wanted}
+    assert {"env/poison-pythonpath", "config/missing-key"} <= set(chosen), sorted(chosen)
+    done = run_miner(root, "ladder", *(t.id for t in chosen.values()))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with Store(root, create=False) as opened:
+        labelled = [opened.get_task(t.id) for t in chosen.values()]
+        summary = export_tasks(opened, labelled, "harbor", tmp_path / "out", ExportOptions(cache_dir=harbor_export.cache))
+    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
+    checked = CliRunner().invoke(main, ["check", "--ladder", "--json", "--jobs", "2", str(tmp_path / "out")])
+    assert checked.exit_code == 0, checked.output
+    results = {r["name"].split("__")[1].replace("-", "/", 1): r for r in json.loads(checked.stdout)}
+    assert {k: r["mined"] for k, r in results.items()} == {k: EXPECTED[k] for k in results}
+    order = labels()
+    for kind, result in results.items():
+        assert order.index(result["label"]) >= order.index(result["mined"]), (kind, result)
+        tried = order[: order.index(result["label"]) + (result["label"] != NEEDS_DIAGNOSIS)]
+        assert list(result["rewards"]) == [rung for rung in tried if rung != NEEDS_DIAGNOSIS], result
+        assert [r == 1 for r in result["rewards"].values()].count(True) == (result["label"] != NEEDS_DIAGNOSIS)
+    assert results["config/missing-key"]["label"] == NEEDS_DIAGNOSIS
+    assert results["env/poison-pythonpath"]["label"] == NEEDS_DIAGNOSIS  # the planted module is left
