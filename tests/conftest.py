@@ -139,7 +139,7 @@ def summary_rows(output: str) -> dict[str, dict[str, str]]:
 # -- what the suite needs from the machine ------------------------------------------------------
 
 REQUIRE_VAR = "MINER_REQUIRE"
-RESOURCES = ("docker", "harbor", "overlay", "ray", "pypi")
+RESOURCES = ("docker", "harbor", "overlay", "ray", "pypi", "registry")
 HARBOR_VENV = Path(os.environ.get("MINER_HARBOR_VENV", Path.home() / ".cache" / "miner" / "harbor-venv"))
 HARBOR = HARBOR_VENV / "bin" / "harbor"
 
