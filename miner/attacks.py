@@ -288,7 +288,7 @@ class Attacker:
             check_tests_folder(task_dir, config)
             report.name = config["task"]["name"]
             variables = task_variables(task_dir)
-            image = self.checker.build(task_dir, float(config.get("environment", {}).get("build_timeout_sec") or 1200))
+            image = self.checker.build(task_dir, config)
         except (CheckError, OSError, ValueError, KeyError) as exc:
             report.error = str(exc) if isinstance(exc, CheckError) else f"not an exported miner task: {exc}"
             return report

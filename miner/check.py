@@ -237,11 +237,13 @@ class Checker:
             remove_image(self.client, image)
         self.built.clear()
 
-    def build(self, task_dir: Path, timeout: float) -> str:
+    def build(self, task_dir: Path, config: dict) -> str:
+        """The task's environment/ built, within the build time its task.toml gives (20 min when none)."""
         from miner.sandbox.base import BuildError
         from miner.sandbox.docker.images import labels
 
         tag = f"miner/check:{content_id(str(task_dir.resolve()), length=12)}"
+        timeout = float(config.get("environment", {}).get("build_timeout_sec") or 1200)
         try:
             image = build_image(self.client, context=task_dir / "environment", tag=tag, timeout=timeout,
                                 image_labels=labels("broken", check="1"), what="environment/", nocache=self.rebuild)
@@ -382,7 +384,7 @@ class Checker:
             read_solver_view(task_dir)  # before the build: a task without one is named at once
             check_tests_folder(task_dir, config)
             start = time.monotonic()
-            image = self.build(task_dir, float(config.get("environment", {}).get("build_timeout_sec") or 1200))
+            image = self.build(task_dir, config)
             result.build_seconds = round(time.monotonic() - start, 2)
             try:
                 result.nop = self.scenario(image, task_dir, config, with_solution=False)
@@ -421,7 +423,7 @@ class Checker:
             result.name = config["task"]["name"]
             result.mined = config.get("metadata", {}).get("blind_repair", "")
             check_tests_folder(task_dir, config)
-            image = self.build(task_dir, float(config.get("environment", {}).get("build_timeout_sec") or 1200))
+            image = self.build(task_dir, config)
             try:
                 result.label = NEEDS_DIAGNOSIS
                 for rung in rungs:

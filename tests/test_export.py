@@ -340,7 +340,7 @@ def test_exported_image_holds_no_answer(harbor_export) -> None:
     task = chosen["data"] if "data" in chosen else next(iter(chosen.values()))
     folder = out / next(o.name for o in summary.outcomes if o.task_id == task.id)
     checker = Checker()
-    image = checker.build(folder, 1200)
+    image = checker.build(folder, read_config(folder))
     try:
         container = checker.start(image, folder)
         try:
@@ -681,7 +681,7 @@ def attack_target(store: Store, export_cache: Path, tmp_path_factory: pytest.Tem
     assert not summary.failed, summary.failed
     folder = out / summary.outcomes[0].name
     checker = Checker(verifier_mode="shared")
-    image = checker.build(folder, 1200)
+    image = checker.build(folder, read_config(folder))
     files = {t.split("::")[0] for t in task.f2p if not t.startswith("probe::")}
     places = {"F2P_FILES": " ".join(sorted(shlex.quote(f) for f in files)), "MODULE": module}
     yield folder, image, f2p, checker, places

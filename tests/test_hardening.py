@@ -163,7 +163,7 @@ def shared_task(harbor_export, mined_store: Path, tmp_path_factory: pytest.TempP
     assert not summary.failed, summary.failed
     folder = out / summary.outcomes[0].name
     checker = Checker(verifier_mode="shared")
-    image = checker.build(folder, 1200)
+    image = checker.build(folder, read_config(folder))
     payloads = build_payloads(load_catalogue([]).payloads, tmp_path_factory.mktemp("payloads"))
     yield checker, image, folder, read_config(folder), task_variables(folder), payloads
     checker.client.images.remove(image, force=True)
