@@ -147,10 +147,15 @@ def read_checks(out: Path) -> dict:
 def write_dataset(out: Path, name: str, version: str, authors: list[dict]) -> list[DatasetTask]:
     """(Re)write dataset.toml and the card of the task folders in `out`; the tasks listed."""
     tasks = dataset_tasks(out)
-    (out / MANIFEST).write_text(f"# Harbor dataset written by miner {__version__}; `harbor sync` leaves it as it is\n"
-                                + tomli_w.dumps(manifest(name, version, authors, tasks)))
-    write_card(out)
+    save(out, manifest(name, version, authors, tasks), tasks)
     return tasks
+
+
+def save(out: Path, data: dict, tasks: list[DatasetTask]) -> None:
+    """Write a manifest (see manifest()) of the tasks as dataset.toml, and the card."""
+    (out / MANIFEST).write_text(f"# Harbor dataset written by miner {__version__}; `harbor sync` leaves it as it is\n"
+                                + tomli_w.dumps(data))
+    (out / CARD).write_text(card(data, tasks, read_checks(out)))
 
 
 def write_card(out: Path) -> None:
@@ -213,6 +218,7 @@ def card(data: dict, tasks: list[DatasetTask], checks: dict) -> str:
     made_by = f"miner {meta.get('miner_version', '?')}" + (f" (commit {meta['miner_commit'][:12]})"
                                                           if meta.get("miner_commit") else "")
     status = {name: ("ok" if c.get("ok") else "decayed") for name, c in checks.items()}
+    schemas = ", ".join(sorted({str(t.config.get("schema_version", "?")) for t in tasks})) or "-"
     rows = [(t.name, t.metadata.get("inversion_type", "-"), t.metadata.get("source", "-"),
              t.metadata.get("difficulty", "-"), t.metadata.get("blind_repair", "-"), status.get(t.name, "-"))
             for t in tasks]
@@ -220,7 +226,7 @@ def card(data: dict, tasks: list[DatasetTask], checks: dict) -> str:
         f"# {info['name']}",
         f"{info.get('description', '')}\n\nVersion {info.get('version', '?')}, made by {made_by} on "
         f"{meta.get('created', '?')}; {len(tasks)} tasks from {len(projects(tasks))} projects, in Harbor's "
-        "task format (schema 1.4): `harbor run -p FOLDER` runs them, `harbor publish FOLDER` publishes them.",
+        f"task format (schema {schemas}): `harbor run -p FOLDER` runs them, `harbor publish FOLDER` publishes them.",
         "## Checks\n\n" + checks_section(checks, tasks),
         "## Counts\n\n" + counts_section(tasks),
         "## Tasks\n\n" + table(("task", "inversion", "project", "difficulty", "blind repair", "re-check"), rows),

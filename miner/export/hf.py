@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from miner.export.common import DEFAULT_ORG, ExportOptions
-from miner.export.dataset import DatasetTask, author_table, card, dataset_tasks, read_checks, read_manifest, write_dataset
+from miner.export.dataset import DatasetTask, author_table, card, dataset_tasks, manifest, read_checks, save
 from miner.export.harbor import Harbor
 from miner.export.images import build_task_images
 from miner.export.registry import register
@@ -72,11 +72,12 @@ class HubRows(Harbor):
         root = self.task_root(out)
         if options.images:
             build_task_images(root, options.registry)
-        write_dataset(root, name, options.version, [author_table(a) for a in options.authors])
-        digests = {t["name"]: t["digest"] for t in read_manifest(root)["tasks"]}
-        rows = [row(task, digests[task.name]) for task in dataset_tasks(root)]
+        tasks = dataset_tasks(root)
+        data = manifest(name, options.version, [author_table(a) for a in options.authors], tasks)
+        save(root, data, tasks)  # the folders are a Harbor dataset too
+        digests = {t["name"]: t["digest"] for t in data["tasks"]}
+        rows = [row(task, digests[task.name]) for task in tasks]
         (out / ROWS).parent.mkdir(parents=True, exist_ok=True)
         (out / ROWS).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-        text = card(read_manifest(root), dataset_tasks(root), read_checks(root))
-        (out / "README.md").write_text(front_matter(name) + text)
+        (out / "README.md").write_text(front_matter(name) + card(data, tasks, read_checks(root)))
         return out / ROWS
