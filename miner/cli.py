@@ -1189,12 +1189,13 @@ def export(ctx: click.Context, fmt: str, out: Path, types: tuple[str, ...], cate
     size = sum(o.bytes for o in done) / max(len(done), 1) / 1e3
     console.print(f"{len(summary.outcomes)} task(s) in {summary.seconds:.1f}s, {summary.images_built} healthy "
                   f"image(s) built, {size:.0f} kB a task; kept = already there (use --overwrite to rewrite)")
+    folders = out / "tasks" if fmt == "hf" else out  # where the task folders are (miner.export.hf)
     if images:
-        where = f"pushed to {registry}" if registry else f"saved in {out / 'images.tar'} (docker load -i)"
-        console.print(f"task images: built for every task folder of {out}, named in its task.toml, {where}")
+        where = f"pushed to {registry}" if registry else f"saved in {folders / 'images.tar'} (docker load -i)"
+        console.print(f"task images: built for every task folder of {folders}, named in its task.toml, {where}")
     if summary.dataset:
         console.print(f"dataset {dataset or 'rows'}: {summary.dataset} and the card {out / 'README.md'} list every "
-                      f"task folder in {summary.dataset.parent if fmt == 'harbor' else out / 'tasks'}")
+                      f"task folder in {folders}")
     if summary.failed:
         raise click.ClickException(f"{len(summary.failed)} task(s) could not be exported (see above)")
 

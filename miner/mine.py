@@ -45,8 +45,8 @@ from miner.healthy import RAW_KINDS, SkipProject
 from miner.inverters.agent import AgentOptions, Agent, agent_type, make_goals
 from miner.inverters.procedural import ProceduralInverter
 from miner.inverters.system import targets_beneath
-from miner.ladder import NEEDS_DIAGNOSIS, Rung, ladder_upto, measure_task
 from miner.inverters.targets import enumerate_targets
+from miner.ladder import NEEDS_DIAGNOSIS, Rung, ladder_upto, measure_task
 from miner.model_instruction import instruction_writer
 from miner.models import (Candidate, HealthyState, Inversion, InversionType, Project, Source, Target, Task,
                           content_id)

@@ -63,7 +63,8 @@ from miner.sandbox.docker.container import fork_labels
 
 DEFAULT_BASE_IMAGE = images.BOOTSTRAP_TAG  # the image `miner images bootstrap` builds
 DEFAULT_ORG = "miner"
-ORG_NAME = r"[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*"  # Harbor's package and dataset names
+ORG = r"[a-zA-Z0-9][a-zA-Z0-9._-]*"  # a package owner, as Harbor's names have it
+ORG_NAME = rf"{ORG}/{ORG}"  # Harbor's package and dataset names
 CATEGORY = "environment-repair"
 BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: build isolation needs new ones
 TEST_DIR_NAMES = {"test", "tests", "testing"}
@@ -122,7 +123,7 @@ class ExportOptions:
     registry: str | None = None  # with images: push them there (else one archive, images.tar)
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]*", self.org) or ".." in self.org:
+        if not re.fullmatch(ORG, self.org) or ".." in self.org:
             raise ValueError(f"--org must look like a package owner (letters, digits, . _ -), not {self.org!r}")
         if self.network_policy not in NETWORK_POLICIES:
             raise ValueError(f"--network-policy must be one of {', '.join(NETWORK_POLICIES)}, "
