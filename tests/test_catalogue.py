@@ -13,6 +13,7 @@ import pytest
 from conftest import SAMPLE_TARGETS, sample_target
 
 from miner.catalogue import REPO_DIR, CatalogueError, load_catalogue, render, select_types
+from miner.ecosystems.python.registry import published
 from miner.evidence import EVIDENCE_KINDS, MAX_FIX_LITERAL, decoded_payload, literal_bytes, needs_network
 from miner.models import Target
 
@@ -25,7 +26,7 @@ SAMPLE_CONTEXT = {
     "value": "it's production", "bad_version": "1.16.0", "key": "server.port", "line": 3,
     "key_line": "port = 8080", "old_line": "port = 8080", "new_line": 'port = "8080"',
     "old_value": "8080", "new_value": '"8080"', "wrong_value": "prodcution", "sibling": "conf/other.yaml",
-    "sdist_name": "greeter", "sdist_version": "0.3.0", "stated_in": ["README.md"], "stated": "README.md states APP_MODE=production",
+    **published("greeter==0.3.0").context(), "stated_in": ["README.md"], "stated": "README.md states APP_MODE=production",
     "evidence_kind": "project-files",
     "old_version": "1.16.0", "conflict_version": "1.4.1", "required_by": "python-dateutil", "specifier": ">=1.5",
     "user_key": "server.port", "user_b64": "aGVsbAo=", "user_value": '"8080"',

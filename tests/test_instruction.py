@@ -10,6 +10,7 @@ import pytest
 from conftest import sample_target
 
 from miner.catalogue import load_catalogue, render
+from miner.ecosystems.python.registry import published
 from miner.instruction import (
     AREAS,
     MAX_LINES,
@@ -45,7 +46,7 @@ CONTEXT = {
     "mode": "644", "size": 40, "dist": "tabulate", "version": "0.9.0",
     "value": "en_GB", "bad_version": "0.8.10", "key": "output.width", "line": 4, "key_line": "width = 80",
     "old_line": "width = 80", "new_line": 'width = "80"', "old_value": "80", "new_value": '"80"',
-    "wrong_value": "en_BG", "sibling": "conf/other.ini", "sdist_name": "tabulate", "sdist_version": "0.9.0",
+    "wrong_value": "en_BG", "sibling": "conf/other.ini", **published("tabulate==0.9.0").context(),
     "stated_in": ["README.md"], "stated": "README.md states REPORT_LOCALE=en_GB", "evidence_kind": "project-files",
     "old_version": "0.8.9", "conflict_version": "0.8.10", "required_by": "weekly", "specifier": ">=0.9",
     "user_key": "output.width", "user_b64": "aGVsbAo=", "user_value": '"80"',

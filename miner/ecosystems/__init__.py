@@ -115,6 +115,28 @@ PROVIDERS = {name: provider for e in ECOSYSTEMS.values() for name, provider in e
 RELEASE_LOOKUPS = dict(e.releases for e in ECOSYSTEMS.values() if e.releases)
 
 
+def published_source(project: Project) -> dict[str, str] | None:
+    """The template variables of the project's published source at the mined version (its
+    registry's copy: a pypi: source's sdist, an npm: source's tarball), None for a source without
+    one (a folder; a git repository on a public host has one, but it cannot be validated here)."""
+    registry = SOURCES.get(project.source.kind)
+    published = registry.published(project.source.location) if registry else None
+    return published.context() if published else None
+
+
+def registry_hosts(kind: str, env: dict[str, str]) -> list[str]:
+    """The hosts a repair fetching from the registry of sources `kind` reaches (pip's index for
+    "pypi", npm's registry for "npm"), in an image whose environment is `env`."""
+    registry = SOURCES.get(kind)
+    return registry.hosts(env) if registry else []
+
+
+def index_hosts(env: dict[str, str]) -> list[str]:
+    """The hosts of the package index pip reaches (package-index evidence: the venv beneath every
+    project is Python's)."""
+    return registry_hosts(python_registry.SOURCE.prefix, env)
+
+
 def target_context(healthy: HealthyState, target: Target) -> dict | None:
     """The context every break type of a target may use, from the ecosystem owning its kind
     ({} for a kind no ecosystem owns; None: the target is gone)."""

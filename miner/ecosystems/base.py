@@ -183,6 +183,36 @@ class Ecosystem:
 
 
 @dataclass(frozen=True)
+class Published:
+    """A registry's copy of a project at the mined version, which a repair may fetch its files from
+    (`published-source` evidence).
+
+    label   how the evidence names it ("textkit==1.2.0", "qs@6.17.1")
+    holds   what of it holds the files ("its sdist", "its registry tarball")
+    fetch   shell lines, run where the repair runs, leaving the project's files in one folder under
+            "$D" (a file of it is "$D"/*/PATH)
+    extra   more template variables for the break types (Python's: sdist_name, sdist_version)
+    """
+
+    label: str
+    holds: str
+    fetch: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def context(self) -> dict[str, str]:
+        """The template variables of a break type's `published_source` context."""
+        return {"published": self.label, "published_holds": self.holds, "published_fetch": self.fetch, **self.extra}
+
+
+def _unpublished(location: str) -> Published | None:
+    return None
+
+
+def _no_hosts(env: dict[str, str]) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
 class RegistrySource:
     """A language registry's sources (`pypi:NAME==VERSION`, `npm:NAME@VERSION`), for miner.sources.
 
@@ -192,6 +222,9 @@ class RegistrySource:
     fetch(source, cache, url, sha256)
                            the unpacked archive as a Project (miner.sources.FetchError)
     identity(location)     what makes two lines the same source
+    published(location)    its copy on the registry a repair may fetch files from (Published)
+    hosts(env)             the hosts a repair fetching from the registry reaches, from the
+                           environment the image sets (the registry's own settings win)
     """
 
     prefix: str
@@ -200,6 +233,8 @@ class RegistrySource:
     entry: Callable[[Path, str], Path]
     fetch: Callable[..., Project]
     identity: Callable[[str], str] = lambda location: location
+    published: Callable[[str], Published | None] = _unpublished
+    hosts: Callable[[dict[str, str]], list[str]] = _no_hosts
 
 
 class ManifestError(ValueError):

@@ -41,7 +41,6 @@ import uuid
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from urllib.parse import urlsplit
 
 from miner import __version__
 from miner import ecosystems
@@ -70,9 +69,7 @@ BUILD_TOOLS = {"pip", "setuptools", "wheel", "distribute"}  # never pinned: buil
 TEST_DIR_NAMES = {"test", "tests", "testing"}
 MANIFEST_TIMEOUT = 600
 HEALTHY_SUITE_TIMEOUT = 1800  # seconds the healthy suite may take in the healthy image
-INDEX_HOSTS = ("pypi.org", "files.pythonhosted.org")  # pip's default index and where it serves files
 ARCHIVE_HOSTS = ("deb.debian.org", "security.debian.org")  # the Debian archive of the images
-PIP_URL_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_PROXY")
 NETWORK_POLICIES = ("compose", "harbor")
 VERIFIER_MODES = ("separate", "shared")
 
@@ -196,27 +193,20 @@ class NetworkRoute:
         return bool(self.hosts)
 
 
-def _url_hosts(env: dict[str, str]) -> list[str]:
-    hosts = []
-    for name in PIP_URL_VARIABLES:
-        for url in env.get(name, "").split():
-            host = urlsplit(url).hostname
-            if host and host not in hosts:
-                hosts.append(host)
-    return hosts
-
-
 def network_route(task: Task, pip_env: dict[str, str] | None = None) -> NetworkRoute:
     """The hosts the task's repair needs, from its evidence: the package index pip uses in the image
-    (its default, or the forwarded PIP_* URLs) for package-index and published-source, the Debian
-    archive for debian-archive; none for the rest (and for a task recorded without evidence)."""
+    (its default, or the forwarded PIP_* URLs) for package-index, the registry of the task's source
+    for published-source (pip's index for a PyPI sdist, npm's registry for an npm tarball), the
+    Debian archive for debian-archive; none for the rest (and for a task recorded without evidence)."""
     kinds = {e.kind for e in task.evidence} & NETWORK_EVIDENCE
+    env = pip_env or {}
     hosts: list[str] = []
-    if kinds & {"package-index", "published-source"}:
-        env = pip_env or {}
-        hosts += ([] if env.get("PIP_INDEX_URL") else list(INDEX_HOSTS)) + _url_hosts(env)
+    if "package-index" in kinds:
+        hosts += ecosystems.index_hosts(env)
+    if "published-source" in kinds:
+        hosts += ecosystems.registry_hosts(task.source.kind, env)
     if "debian-archive" in kinds:
-        hosts += [h for h in ARCHIVE_HOSTS if h not in hosts]
+        hosts += ARCHIVE_HOSTS
     return NetworkRoute(tuple(dict.fromkeys(hosts)))
 
 

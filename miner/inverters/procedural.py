@@ -10,7 +10,7 @@ and `miner graph` share, ranked by miner.graph); this module decides how to brea
 Here: matching types to targets (`matches`), the context providers that compute a type's
 template variables (an older release on the index, a config key to drop or retype with the
 format's real parser and a one-line edit, a wrong value for a variable, a sibling file's mode, the
-project's published sdist), and the order. Config keys the code names in a string are preferred
+project's published source (a PyPI sdist, an npm tarball)), and the order. Config keys the code names in a string are preferred
 (from the tree-sitter parse, `miner.ecosystems.python.targets.code_facts`).
 
 Rule 8 (recoverable) starts here: no template sees a copy of an original file, and a provider that
@@ -80,16 +80,6 @@ def unrecoverable(itype: InversionType, target: Target, reason: str) -> Inversio
     rejects it (`unrecoverable`) before anything runs."""
     return Inversion(type_id=itype.id, family=itype.family, target=target, break_script="", fix_script="",
                      summary=f"{itype.id} on {target.key}: no evidence", no_evidence=reason)
-
-
-def published_sdist(project: Project) -> dict[str, str] | None:
-    """The project's published source miner can fetch a file from: the sdist of a pypi: source at
-    the mined version (its files are the project's files). A git source on a public host has one
-    too, but it cannot be validated here, so it is not claimed; folders have none."""
-    if project.source.kind != "pypi" or "==" not in project.source.location:
-        return None
-    name, version = project.source.location.split("==", 1)
-    return {"sdist_name": name.strip(), "sdist_version": version.strip()}
 
 
 def b64_lines(data: bytes) -> str:
@@ -609,7 +599,7 @@ class ProceduralInverter:
 
     def _drop_key(self, job: Job) -> dict[str, Any] | None:
         """A key whose line can go (one-line deletion, the rest still parses), and its evidence: a
-        project file (not the config itself, not the tests) stating its value, else the published sdist."""
+        project file (not the config itself, not the tests) stating its value, else the published source."""
         found = self._config_keys(job, lambda v: True)
         if not found:
             return None
@@ -630,14 +620,14 @@ class ProceduralInverter:
                 if where:
                     return {"key": ".".join(path), "line": line, "key_line": key_line, "value": shown,
                             "stated_in": where, "evidence_kind": "project-files"}
-        sdist = published_sdist(job.project)
-        if sdist is None:
+        published = ecosystems.published_source(job.project)
+        if published is None:
             keys = ", ".join(".".join(p) for p, _, _ in droppable[:3])
             raise NoEvidence(f"no project file but {rel} states the value of {keys}, and the project has "
                              "no published source")
         path, _, (line, key_line, _) = droppable[0]
         return {"key": ".".join(path), "line": line, "key_line": key_line, "evidence_kind": "published-source",
-                **sdist}
+                **published}
 
     def _retype_key(self, job: Job) -> dict[str, Any] | None:
         """A key given a value of another type in a one-line edit that keeps the old value visible."""
@@ -691,11 +681,11 @@ class ProceduralInverter:
         return {"stated_in": [found[0]], "stated": found[1]}
 
     def _published_source(self, job: Job) -> dict[str, Any] | None:
-        sdist = published_sdist(job.project)
-        if sdist is None:
+        published = ecosystems.published_source(job.project)
+        if published is None:
             raise NoEvidence(f"a {job.project.source.kind} source has no published source to recover "
                              f"{job.target.path or job.target.name} from")
-        return sdist
+        return published
 
     def _wrong_value(self, job: Job) -> dict[str, Any] | None:
         value = job.base["value"]

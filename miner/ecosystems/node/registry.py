@@ -5,11 +5,13 @@ can run. miner.sources calls these through miner.ecosystems.SOURCES.
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+from urllib.parse import urlsplit
 import tempfile
 from pathlib import Path
 
-from miner.ecosystems.base import RegistrySource
+from miner.ecosystems.base import Published, RegistrySource
 from miner.ecosystems.node.npm import host_command
 from miner.ecosystems.node.runner import suite_problem
 from miner.models import Project, Source
@@ -85,4 +87,23 @@ def _npm_pack(spec: str, entry: Path) -> Path:
     return tarball
 
 
-SOURCE = RegistrySource(prefix="npm", parse=parse, name=repo_name, entry=cache_entry, fetch=fetch)
+REGISTRY_HOST = "registry.npmjs.org"  # npm's default registry, which serves its tarballs too
+_TARBALL_FETCH = """\
+(cd "$D" && npm pack {pin} --silent >/dev/null)
+tar --no-same-owner -xzf "$D"/*.tgz -C "$D"
+"""
+
+
+def published(location: str) -> Published:
+    """The registry's tarball of NAME@VERSION (an npm source's files are that tarball's)."""
+    return Published(label=location, holds="its registry tarball", fetch=_TARBALL_FETCH.format(pin=shlex.quote(location)).strip())
+
+
+def registry_hosts(env: dict[str, str]) -> list[str]:
+    """The host npm reaches: the registry npm_config_registry names, else npm's default."""
+    named = urlsplit(env.get("npm_config_registry") or env.get("NPM_CONFIG_REGISTRY") or "").hostname
+    return [named or REGISTRY_HOST]
+
+
+SOURCE = RegistrySource(prefix="npm", parse=parse, name=repo_name, entry=cache_entry, fetch=fetch,
+                        published=published, hosts=registry_hosts)

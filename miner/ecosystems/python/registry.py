@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from miner.ecosystems.base import RegistrySource
+from miner.ecosystems.base import Published, RegistrySource
 from miner.ecosystems.python.install import pip_errors
 from miner.models import Project, Source
 from miner.archives import (
@@ -195,4 +196,33 @@ def _pip_reason(name: str, version: str, output: str) -> str:
     return f"pip download of {name}=={version} failed: {detail}"
 
 
-SOURCE = RegistrySource(prefix="pypi", parse=parse, name=repo_name, entry=cache_entry, fetch=fetch, identity=identity)
+INDEX_HOSTS = ("pypi.org", "files.pythonhosted.org")  # pip's default index and where it serves files
+PIP_URL_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_PROXY")
+_SDIST_FETCH = """\
+"$MINER_PYTHON" -m pip download -q --no-deps --no-binary {name} {pin} -d "$D"
+tar --no-same-owner -xzf "$D"/*.tar.gz -C "$D"
+"""
+
+
+def published(location: str) -> Published:
+    """The sdist of NAME==VERSION on the index pip uses (its files are the project's files)."""
+    name, version = (part.strip() for part in location.split("==", 1))
+    fetch = _SDIST_FETCH.format(name=shlex.quote(name), pin=shlex.quote(f"{name}=={version}")).strip()
+    return Published(label=f"{name}=={version}", holds="its sdist", fetch=fetch,
+                     extra={"sdist_name": name, "sdist_version": version})
+
+
+def index_hosts(env: dict[str, str]) -> list[str]:
+    """The hosts pip reaches in an image whose environment is `env`: its default index's, unless
+    PIP_INDEX_URL names another, and the hosts of the other PIP_* URLs."""
+    hosts = [] if env.get("PIP_INDEX_URL") else list(INDEX_HOSTS)
+    for name in PIP_URL_VARIABLES:
+        for url in env.get(name, "").split():
+            host = urlsplit(url).hostname
+            if host and host not in hosts:
+                hosts.append(host)
+    return hosts
+
+
+SOURCE = RegistrySource(prefix="pypi", parse=parse, name=repo_name, entry=cache_entry, fetch=fetch, identity=identity,
+                        published=published, hosts=index_hosts)
