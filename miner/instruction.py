@@ -88,9 +88,8 @@ class Symptom:
         checks are summaries and logs."""
         if self.probe is None:
             return self.message[0] if self.message and self.outcome != "skipped" else ""
-        if self.probe.kind not in ("import", "script") or len(self.message) < 2:
-            return ""
-        return "" if self.message[1].startswith("[Errno") else self.message[1]
+        kind = ecosystems.probe_kind(self.probe.kind)
+        return kind.printed(self.message) if kind else ""
 
     def view(self) -> SolverView:
         """What a solver's shells must show of this symptom (checked by miner.solver_view)."""
@@ -126,8 +125,8 @@ def check_command(test_command: str, check: str) -> str:
 
 def probe_command(probe: Probe) -> str:
     """The shell command a derived probe runs (for a service: start it, then ask it)."""
-    if probe.kind == "import" and probe.module:
-        return f"python -c {shlex.quote('import ' + probe.module)}"
+    if (kind := ecosystems.probe_kind(probe.kind)) and (command := kind.command(probe)):
+        return command
     if probe.kind == "http" and probe.url:
         fetch = "python3 -c " + shlex.quote(
             f"import urllib.request; print(urllib.request.urlopen({json.dumps(probe.url)}, timeout=10).read().decode())")

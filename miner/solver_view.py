@@ -47,10 +47,8 @@ SHELL_NOISE = re.compile(r"^bash: (cannot set terminal process group|no job cont
 # What differs between two runs of one interpreter or two builds of it: addresses, pytest's temporary
 # folders, the C source line an extension reports (OpenSSL's "(_ssl.c:1006)" is "(_ssl.c:992)" in
 # Debian's build of the same Python).
-VOLATILE = ((re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"pytest-\d+"), "pytest-?"),
-            (re.compile(r"\b(\w+\.c):\d+"), r"\1:?"))
-# How pytest's junit report words an error in a fixture (the console prints the error itself).
-JUNIT_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)$')
+# (A runner adds its own: Runner.volatile.)
+VOLATILE = ((re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"\b(\w+\.c):\d+"), r"\1:?"))
 
 # The shell's state a command can depend on, printed with builtins alone (a break may empty PATH):
 # options only an interactive shell sets differently (history, line editing, job control,
@@ -166,22 +164,22 @@ def read_view(output: str) -> list[ShellRun]:
     return runs
 
 
-def _normal(text: str) -> str:
-    for pattern, replacement in VOLATILE:
+def _normal(text: str, volatile: tuple[tuple[re.Pattern[str], str], ...] = ()) -> str:
+    for pattern, replacement in (*VOLATILE, *volatile):
         text = pattern.sub(replacement, text)
     return " ".join(text.split())
 
 
-def shows_line(run: ShellRun, line: str) -> bool:
-    """Whether the run printed the line: as pytest prints it (a rewritten assertion without its
-    "AssertionError: ", a fixture's error without the report's 'failed on setup with "...'), or
-    as node's TAP reporter quotes it; the instruction may have shortened it with " ..."."""
-    needle = line.strip().removesuffix(" ...")
-    wrapped = JUNIT_WRAPPED.match(needle)
-    needle = (wrapped.group(1).removesuffix('"') if wrapped else needle).removeprefix("AssertionError: ")
-    needle = _normal(needle)[:200]
-    # node's TAP reporter prints an error inside a YAML string, its backslashes doubled
-    return not needle or any(n in _normal(run.output) for n in (needle, needle.replace("\\", "\\\\")))
+def shows_line(run: ShellRun, view: SolverView) -> bool:
+    """Whether the run printed the view's line, in one of the forms the test's runner prints a
+    reported line (Runner.printed_forms; a probe's line as it is); the instruction may have shortened
+    it with " ..."."""
+    needle = view.line.strip().removesuffix(" ...")
+    runner = ecosystems.runner_for(view.command) if view.probe is None else None
+    forms = runner.printed_forms(needle) if runner else [needle]
+    volatile = runner.volatile if runner else ()
+    output = _normal(run.output, volatile)
+    return not needle or any(_normal(form, volatile)[:200] in output for form in forms)
 
 
 def passes(view: SolverView, run: ShellRun) -> bool:
@@ -199,7 +197,7 @@ def passes(view: SolverView, run: ShellRun) -> bool:
         return False
     if not probe.expected_digest:
         return True
-    if probe.kind in ("import", "script"):  # probe.py digests stdout alone
+    if (kind := ecosystems.probe_kind(probe.kind)) and kind.stdout_only:  # probe.py digests stdout alone
         return _digest(run.stdout) == probe.expected_digest
     # an image's command: the backend digests both streams as one (`docker exec`)
     stderr = SHELL_NOISE.sub("", run.stderr)
@@ -222,7 +220,7 @@ def judge(view: SolverView, runs: list[ShellRun], fixed: bool) -> list[str]:
             problems.append(f"after the fix it still fails in `{who}` (exit {run.exit_code}): {run.tail()}")
         elif not fixed and passes(view, run):
             problems.append(f"it passes in `{who}` (exit {run.exit_code}): {run.tail()}")
-        elif not fixed and not shows_line(run, view.line):
+        elif not fixed and not shows_line(run, view):
             problems.append(f"`{who}` does not print {view.line!r} (exit {run.exit_code}): {run.tail()}")
     return problems
 

@@ -120,13 +120,24 @@ def test_the_solver_shell_that_does_not_show_the_symptom_is_named() -> None:
 def test_lines_are_matched_as_pytest_prints_them() -> None:
     run = shell_run(1, "E       assert 'x' == 'y'\nE   KeyError: <object at 0x7f0a>\n"
                        "in /tmp/pytest-of-root/pytest-7/x\n")
-    assert shows_line(run, "AssertionError: assert 'x' == 'y'")  # pytest drops the prefix of a rewritten assert
-    assert shows_line(run, "KeyError: <object at 0x55aa>")  # addresses differ between runs
-    assert shows_line(run, "in /tmp/pytest-of-root/pytest-0/x")  # so do pytest's numbered temporary folders
-    assert shows_line(run, "in /tmp/pytest-of-root/pytest-3/x ...")  # a line the instruction shortened
-    assert shows_line(run, 'failed on setup with "KeyError: <object at 0x1>"')  # a fixture's error, as junit words it
-    assert not shows_line(run, "ModuleNotFoundError: No module named 'yaml'")
-    assert shows_line(run, "")  # nothing to show: only fail/pass count
+
+    def shows(line: str, command: str = "python -m pytest t.py::a") -> bool:
+        return shows_line(run, SolverView(command=command, check="t.py::a", outcome="failed", line=line))
+
+    assert shows("AssertionError: assert 'x' == 'y'")  # pytest drops the prefix of a rewritten assert
+    assert shows("KeyError: <object at 0x55aa>")  # addresses differ between runs
+    assert shows("in /tmp/pytest-of-root/pytest-0/x")  # so do pytest's numbered temporary folders
+    assert shows("in /tmp/pytest-of-root/pytest-3/x ...")  # a line the instruction shortened
+    assert shows('failed on setup with "KeyError: <object at 0x1>"')  # a fixture's error, as junit words it
+    assert not shows("ModuleNotFoundError: No module named 'yaml'")
+    assert shows("")  # nothing to show: only fail/pass count
+    # the forms are the runner's: node's runner neither unwraps junit's words nor knows pytest's folders
+    assert not shows('failed on setup with "KeyError: <object at 0x1>"', "node --test test/")
+    assert not shows("in /tmp/pytest-of-root/pytest-0/x", "node --test test/")
+    tap = shell_run(1, "  error: 'Cannot find module \\\\'x\\\\''\n")
+    line = "Cannot find module \\'x\\'"
+    view = SolverView(command="node --test test/", check="t.js::a", outcome="failed", line=line)
+    assert shows_line(tap, view)  # as node's TAP reporter quotes it, backslashes doubled
 
 
 def test_a_skipped_check_fails_while_skipped_and_a_probe_by_exit_code_and_output() -> None:

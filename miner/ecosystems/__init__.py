@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 
 import networkx as nx
 
-from miner.ecosystems.base import CodeFacts, Ecosystem, ManifestError, Runner, TargetKit
+from miner.ecosystems.base import CodeFacts, Ecosystem, ManifestError, ProbeKind, Runner, TargetKit
 from miner.ecosystems.node import npm
 from miner.ecosystems.node import providers as node_providers
 from miner.ecosystems.node import registry as node_registry
@@ -97,14 +97,15 @@ def project_command(root: Path) -> str:
 
 
 def _node_targets(project: Project, healthy: HealthyState, files: list[str], kit: TargetKit) -> list[Target]:
-    return [*npm.package_targets(project.path, healthy.node_packages), *npm.setting_targets(healthy.node_packages)]
+    return [*npm.package_targets(project.path, healthy.node_packages), *npm.setting_targets(healthy.node_packages, project.path)]
 
 
 ECOSYSTEMS: dict[str, Ecosystem] = {
     PYTHON: Ecosystem(PYTHON, graph=PythonGraph, targets=python_targets.targets,
                       target_nodes=python_target_nodes, observed=False, kinds=python_providers.KINDS,
                       target_context=python_providers.target_context, providers=python_providers.PROVIDERS,
-                      releases=(python_providers.REGISTRY, python_providers.pip_index_versions)),
+                      releases=(python_providers.REGISTRY, python_providers.pip_index_versions),
+                      probe_kinds=python_inventory.PROBE_KINDS),
     NODE: Ecosystem(NODE, graph=NodeGraph, targets=_node_targets, target_nodes=lambda graph, target: None,
                     observed=True, kinds=node_providers.KINDS, target_context=node_providers.target_context,
                     providers=node_providers.PROVIDERS, releases=(node_providers.REGISTRY, npm.registry_versions)),
@@ -113,6 +114,12 @@ ECOSYSTEMS: dict[str, Ecosystem] = {
 SOURCES = {registry.prefix: registry for registry in (python_registry.SOURCE, node_registry.SOURCE)}
 PROVIDERS = {name: provider for e in ECOSYSTEMS.values() for name, provider in e.providers.items()}
 RELEASE_LOOKUPS = dict(e.releases for e in ECOSYSTEMS.values() if e.releases)
+PROBE_KINDS = {kind.kind: kind for e in ECOSYSTEMS.values() for kind in e.probe_kinds}
+
+
+def probe_kind(kind: str) -> ProbeKind | None:
+    """The ecosystem's record of a derived probe's kind (None for the core's: http, command)."""
+    return PROBE_KINDS.get(kind)
 
 
 def published_source(project: Project) -> dict[str, str] | None:

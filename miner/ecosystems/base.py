@@ -13,6 +13,7 @@ code they call (Python's: miner.ecosystems.python.pytest; Node's: miner.ecosyste
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,11 @@ class Runner:
                                beside it in tests/ to run this runner (its reporter, its plugin)
     collect_reads              names of the files it reads when it collects tests, in the tests'
                                folders and above them: a break may not add one (rule 7)
+    printed_forms(line)        the forms in which a person's run prints a line of a test's
+                               reported message (the report may wrap or shorten what the console
+                               shows): the solver's view looks for any of them
+    volatile                   (pattern, replacement) of what differs between two runs of one
+                               command under this runner (pytest's numbered temporary folders)
     """
 
     name: str
@@ -64,6 +70,26 @@ class Runner:
     file_errors_stand_for_tests: bool = False
     verifier_files: tuple[tuple[str, Callable[[], bytes]], ...] = ()
     collect_reads: tuple[str, ...] = ()
+    printed_forms: Callable[[str], list[str]] = lambda line: [line]
+    volatile: tuple[tuple[re.Pattern[str], str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    """A kind of probe an ecosystem derives from what is installed (Python's: `import` of the
+    project's modules, its console `script`s' --help).
+
+    label(rest)        its node's label in the graph (rest: the probe id after its kind)
+    command(probe)     the shell command a person runs to see it ("": its argv, as run)
+    printed(message)   the line of a failed run's message the command itself prints verbatim ("": none)
+    stdout_only        its recorded digest is of its standard output alone
+    """
+
+    kind: str
+    label: Callable[[str], str]
+    command: Callable[[Probe], str]
+    printed: Callable[[list[str]], str]
+    stdout_only: bool = True
 
 
 @dataclass(frozen=True)
@@ -169,6 +195,7 @@ class Ecosystem:
     providers                  its context providers by name (the break types' `context`):
                                provider(inverter, job) -> template variables or None
     releases                   (registry, lookup(name) -> versions newest first) of its registry
+    probe_kinds                the kinds of probe it derives from what is installed (ProbeKind)
     """
 
     name: str
@@ -180,6 +207,7 @@ class Ecosystem:
     target_context: Callable[[HealthyState, Target], dict | None] = lambda healthy, target: {}
     providers: dict[str, Callable[[Releases, Job], dict | None]] = field(default_factory=dict)
     releases: tuple[str, Callable[[str], list[str]]] | None = None
+    probe_kinds: tuple[ProbeKind, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ class GraphBuilder:
             probe = probes.get(probe_id)
             kind, _, rest = probe_id.removeprefix("probe::").partition("::")
             kind = probe.kind if probe else kind
-            label = {"import": f"import {rest}", "script": f"{rest} --help"}.get(kind, rest or probe_id)
+            label = known.label(rest) if (known := ecosystems.probe_kind(kind)) else rest or probe_id
             node = self.node(f"probe:{probe_id}", "probe", label, test_id=probe_id)
             if ecosystem:
                 ecosystem.link_probe(node, kind, rest, probe)

@@ -246,17 +246,25 @@ def _tape_verifier_spec(command: str) -> dict:
 
 
 RUNTIME = "The project runs on the system's Node.js (`node`)."
+
+
+def printed_forms(line: str) -> list[str]:
+    """A reported line as printed (node's console names an assertion's class apart: "AssertionError
+    [ERR_ASSERTION]: ..."), and as node's TAP reporter quotes it (inside a YAML string, its
+    backslashes doubled)."""
+    line = line.removeprefix("AssertionError: ")
+    return [line, line.replace("\\", "\\\\")]
 NODE_TEST = Runner(
     name="node --test", language="Node.js", runtime=RUNTIME, claims=is_node_test_command,
     suite_command=suite_command, parse_report=parse_report, check_command=check_command,
     run_passed=lambda code, output, healthy_outcome="passed": run_passed(code, output),
-    verifier_spec=_node_verifier_spec, file_errors_stand_for_tests=True,
+    verifier_spec=_node_verifier_spec, file_errors_stand_for_tests=True, printed_forms=printed_forms,
     verifier_files=(("node_reporter.mjs", reporter_source),),
 )
 TAPE = Runner(
     name="tape", language="Node.js", runtime=RUNTIME, claims=tape.is_tape_command,
     suite_command=tape.suite_command, parse_report=parse_report, check_command=tape.check_command,
     run_passed=NODE_TEST.run_passed, verifier_spec=_tape_verifier_spec, file_errors_stand_for_tests=True,
-    verifier_files=(("tape_reporter.cjs", tape.reporter_source),),
+    printed_forms=printed_forms, verifier_files=(("tape_reporter.cjs", tape.reporter_source),),
 )
 RUNNERS = (NODE_TEST, TAPE)

@@ -9,9 +9,10 @@ The venv lies beneath every project miner builds, so its inventory is read for a
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import resources
 
-from miner.ecosystems.base import InventoryError
+from miner.ecosystems.base import InventoryError, ProbeKind
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, Distribution, Probe
 from miner.sandbox.base import Sandbox
 
@@ -42,3 +43,17 @@ def discover_probes(inventory: list[Distribution], own: list[str]) -> list[Probe
             probes.setdefault(f"probe::script::{script}", Probe(id=f"probe::script::{script}", kind="script",
                                                                 argv=[script, "--help"]))
     return list(probes.values())
+
+
+def _printed(message: list[str]) -> str:
+    """The program's own first line after miner's summary ("exit 1 (healthy: 0)"), unless the
+    program could not even start (then the line is Python's wording of the error, not the shell's)."""
+    return "" if len(message) < 2 or message[1].startswith("[Errno") else message[1]
+
+
+PROBE_KINDS = (
+    ProbeKind("import", label=lambda module: f"import {module}",
+              command=lambda probe: f"python -c {shlex.quote('import ' + probe.module)}" if probe.module else "",
+              printed=_printed),
+    ProbeKind("script", label=lambda script: f"{script} --help", command=lambda probe: "", printed=_printed),
+)

@@ -156,6 +156,17 @@ def parse_junit(data: bytes | str) -> dict[str, TestResult]:
         results[test_id] = TestResult(id=test_id, outcome=outcome, duration=duration, message=message)
     return results
 
+# How pytest's junit report words an error in a fixture (the console prints the error itself).
+JUNIT_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)$')
+
+
+def printed_forms(line: str) -> list[str]:
+    """A reported line as pytest's console prints it: a rewritten assertion without its
+    "AssertionError: ", a fixture's error without the report's 'failed on setup with "...'."""
+    wrapped = JUNIT_WRAPPED.match(line)
+    return [(wrapped.group(1).removesuffix('"') if wrapped else line).removeprefix("AssertionError: ")]
+
+
 RUNNER = Runner(
     name="pytest", language="Python",
     runtime=f"The project uses the Python of the virtual environment in `{VENV_DIR}`.",
@@ -163,6 +174,7 @@ RUNNER = Runner(
     check_command=check_command, run_passed=run_passed, verifier_spec=verifier_spec, refused=refused,
     # conftest files, package markers (they change module names), the configuration it looks for
     collect_reads=("conftest.py", "__init__.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"),
+    printed_forms=printed_forms, volatile=((re.compile(r"pytest-\d+"), "pytest-?"),),
     verifier_files=(("verifier_pytest.py",
                      lambda: resources.files("miner").joinpath("assets", "verifier_pytest.py").read_bytes()),),
 )
