@@ -163,6 +163,11 @@ class NodePackage(BaseModel):
     dev: bool = False  # only dev dependencies need it
     requires: list[str] = Field(default_factory=list)  # the packages it depends on, by name
     entry: str | None = None  # project-relative file `require` loads, None when none resolves
+    # (the fields below came later: a healthy state recorded before them loads with them empty)
+    ranges: dict[str, str] = Field(default_factory=dict)  # dependency name -> the range it declares
+    peers: dict[str, str] = Field(default_factory=dict)  # peerDependencies: name -> range
+    bins: dict[str, str] = Field(default_factory=dict)  # program name -> package-relative file
+    integrity: str = ""  # the tarball's hash npm's lockfile records
 
 
 class HealthyState(BaseModel):

@@ -4,7 +4,8 @@ from the environment and names, from miner.ecosystems.node.code) and the npm pac
 Nodes it adds (see miner.graph.build for the rest):
 
   module:<path>         a JavaScript file of the project
-  node-package:<name>   an installed npm package -> the packages it depends on
+  node-package:<name>   an installed npm package -> the packages it depends on (a file that
+                        runs its program, from node_modules/.bin, depends on it too)
 
     NodeGraph(builder).finish()   # after the tests and probes exist: their files link to them
 """
@@ -15,7 +16,7 @@ from miner.ecosystems.base import GraphCalls
 from miner.ecosystems.node import npm
 from miner.ecosystems.node.code import JS_SUFFIXES, JsFile, parse_js_files
 from miner.ecosystems.node.code import resolve as resolve_js
-from miner.models import Probe
+from miner.models import NodePackage, Probe
 
 
 class NodeGraph:
@@ -67,8 +68,24 @@ class NodeGraph:
             for name in sorted({npm.package_of(spec) for spec in found.requires} - {None}):
                 if name in installed:
                     b.edge(f"module:{rel}", b.node(f"node-package:{name}", "node-package", name), "imports")
+        self._add_programs(parsed, installed)
         for name, package in sorted(installed.items()):
             for dep in package.requires:
                 if dep in installed:
                     b.node(f"node-package:{name}", "node-package", name)
                     b.edge(f"node-package:{name}", b.node(f"node-package:{dep}", "node-package", dep), "imports")
+
+    def _add_programs(self, parsed: dict[str, JsFile], installed: dict[str, NodePackage]) -> None:
+        """A file that runs an installed package's program (node_modules/.bin, npx, an npm script)
+        depends on that package: breaking its link fails the file's tests."""
+        b = self.builder
+        owners = {program: name for name, package in installed.items() for program in package.bins}
+        scripts = npm.script_words(b.root)
+        for rel in sorted(parsed):
+            try:
+                text = (b.root / rel).read_text(errors="replace")
+            except OSError:
+                continue
+            for program in sorted(npm.programs_named(text, scripts) & set(owners)):
+                name = owners[program]
+                b.edge(f"module:{rel}", b.node(f"node-package:{name}", "node-package", name), "runs")

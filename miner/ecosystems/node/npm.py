@@ -19,12 +19,14 @@ the project's tests find it and a package the project is missing is never found 
 
 The inventory (INVENTORY_SCRIPT, run in the sandbox) lists each installed package of the project
 from npm's hidden lockfile (node_modules/.package-lock.json): path, name, version, whether only
-dev dependencies need it, what it depends on, and the file `require` loads.
+dev dependencies need it, what it depends on (and the ranges it declares, its peerDependencies),
+its programs (`bin`), its integrity, and the file `require` loads.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -60,8 +62,11 @@ for (const [where, meta] of Object.entries(lock.packages || {})) {
   let entry = null;
   try { entry = path.relative(process.cwd(), require.resolve(path.resolve(where))); } catch (e) {}
   const name = meta.name || where.slice(where.lastIndexOf('node_modules/') + 13);
+  const ranges = { ...(meta.dependencies || {}), ...(meta.optionalDependencies || {}) };
+  const bins = typeof meta.bin === 'object' && meta.bin ? meta.bin : {};
   out.push({ path: where, name, version: meta.version || '', dev: !!meta.dev,
-             requires: Object.keys({ ...(meta.dependencies || {}), ...(meta.optionalDependencies || {}) }), entry });
+             requires: Object.keys(ranges), entry, ranges, peers: meta.peerDependencies || {}, bins,
+             integrity: meta.integrity || '' });
 }
 console.log(JSON.stringify(out));
 """
@@ -252,21 +257,70 @@ def inventory_command() -> str:
 def package_targets(root: Path, packages: list[NodePackage]) -> list[Target]:
     """The installed packages the project's code and its tests load, nearest first: its runtime
     dependencies and the dev dependencies the test files require (a test helper is part of the
-    environment the suite runs in, as a test extra is for Python), each with what they depend on.
-    tape, miner's runner, is not among them."""
+    environment the suite runs in, as a test extra is for Python), each with what they depend on
+    and the programs of it the tests run (`bins_run`). tape, miner's runner, is not among them."""
     if not packages:
         return []
     runtime = runtime_closure(packages, dependencies(root))
     depths = {**runtime_closure(packages, test_dependencies(root)), **runtime}
     by_path = {p.path: p for p in packages}
+    run = programs_run(root)
     return [Target(kind="node-package", name=by_path[where].name, path=where,
                    attrs={"version": by_path[where].version, "entry": by_path[where].entry, "depth": depth,
                           "entry_is_index": by_path[where].entry == f"{where}/index.js",
-                          "test_only": where not in runtime})
+                          "test_only": where not in runtime,
+                          "bins_run": sorted(set(by_path[where].bins) & run) if where.count("node_modules/") == 1
+                          else []})
             for where, depth in sorted(depths.items(), key=lambda item: (item[1], item[0]))]
 
 
-def setting_targets(packages: list[NodePackage]) -> list[Target]:
+def setting_targets(packages: list[NodePackage], root: Path | None = None) -> list[Target]:
     """The process-wide settings node relies on: `node` (its options from the environment), for
-    a project npm built."""
-    return [Target(kind="setting", name="node", attrs={"aspect": "node"})] if packages else []
+    a project npm built; `npm` (its user config), when the tests run npm or npx."""
+    if not packages:
+        return []
+    npm_setting = [Target(kind="setting", name="npm", attrs={"aspect": "npm"})] if root and runs_npm(root) else []
+    return [Target(kind="setting", name="node", attrs={"aspect": "node"}), *npm_setting]
+
+
+# a test that runs npm or npx names it as a program: execFileSync('npm', ...), spawn("npx ...")
+_RUNS_NPM = re.compile(r"""['"`](?:npm|npx)['"` ]""")
+
+
+def _test_texts(root: Path) -> list[str]:
+    """The text of the files the test command runs (none when the command cannot be read)."""
+    try:
+        command = project_command(root) or ""
+    except ManifestError:
+        return []
+    return [(Path(root) / rel).read_text(errors="replace") for rel in test_files(root, command)]
+
+
+def runs_npm(root: Path) -> bool:
+    """Whether the project's test files run npm or npx."""
+    return any(_RUNS_NPM.search(text) for text in _test_texts(root))
+
+
+def script_words(root: Path) -> set[str]:
+    """The words of package.json's scripts (the programs `npm run NAME` may start)."""
+    try:
+        scripts = (read_manifest(root) or {}).get("scripts")
+    except ManifestError:
+        return set()
+    if not isinstance(scripts, dict):
+        return set()
+    return {word for line in scripts.values() if isinstance(line, str) for word in re.split(r"[\s;&|()]+", line) if word}
+
+
+def programs_named(text: str, scripts: set[str]) -> set[str]:
+    """The programs of node_modules/.bin a file runs: named after `.bin/` or `npx`, or, when it
+    runs npm (`npm run NAME`), a word of package.json's scripts (`scripts`)."""
+    names = set(re.findall(r"\.bin/([\w.@-]+)", text))
+    names |= set(re.findall(r"npx(?:\s+--?[\w-]+)*\s+([\w.@-]+)", text))
+    return names | scripts if _RUNS_NPM.search(text) else names
+
+
+def programs_run(root: Path) -> set[str]:
+    """The programs of node_modules/.bin the test files run (programs_named)."""
+    scripts = script_words(root)
+    return {name for text in _test_texts(root) for name in programs_named(text, scripts)}
