@@ -83,7 +83,9 @@ def test_the_project_command_comes_from_package_json(tmp_path: Path) -> None:
     mixed = project({"package.json": json.dumps({"scripts": {"test": "node --test"}}), "tool.py": ""})
     assert command_of(mixed) == "python -m pytest"
     mocha = project({"package.json": json.dumps({"scripts": {"test": "mocha"}})})
-    assert command_of(mocha) == "python -m pytest"
+    assert command_of(mocha) == "mocha test"
+    jest = project({"package.json": json.dumps({"scripts": {"test": "jest"}})})
+    assert command_of(jest) == "python -m pytest"
     broken = project({"package.json": "{\"scripts\": "})
     with pytest.raises(runner.ManifestError, match="package.json does not parse"):
         command_of(broken)

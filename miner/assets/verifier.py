@@ -107,6 +107,7 @@ SENSITIVE_ENV = (
 HELD_PREFIXES = ("PYTHON", "PYTEST_", "LD_", "NODE_")  # every variable of these families is held too
 NODE_REPORTER = "node_reporter.mjs"  # miner's reporter for node's test runner (spec "runner": "node")
 TAPE_REPORTER = "tape_reporter.cjs"  # miner's reporter for tape, one node process a file (spec "runner": "tape")
+MOCHA_REPORTER = "mocha_reporter.cjs"  # miner's reporter for mocha, one node process a file (spec "runner": "mocha")
 # The trees node loads a project's packages and miner's runner from: the project's node_modules, the
 # folders above it (miner links tape into /sandbox/node_modules), node's global folders under $HOME,
 # miner's own install of tape. As healthy, byte for byte (absent where the healthy image has none).
@@ -709,6 +710,8 @@ class Verifier:
             return self.run_node_tests(tests)
         if self.spec.get("runner") == "tape":
             return self.run_tape_tests(tests)
+        if self.spec.get("runner") == "mocha":
+            return self.run_mocha_tests(tests)
         junit = os.path.join(self.work, "junit.xml")
         guard = os.path.join(self.work, "guard.json")
         allowed = os.path.join(self.work, "allowed.json")
@@ -755,9 +758,8 @@ class Verifier:
         """node's test runner over the files of `tests`, its results written by miner's reporter
         (copied from this folder into the fresh work folder) as JSON lines: (outcomes per test id,
         the same as the guard's report: node runs no plugin of the project's to guard)."""
-        node = shutil.which("node", path=self.env.get("PATH", ""))
+        node = self.node_program()
         if node is None:
-            self.problem("node is not on the healthy PATH")
             return {}, {"outcomes": {}, "violations": []}
         reporter, report = os.path.join(self.work, NODE_REPORTER), os.path.join(self.work, "node.jsonl")
         shutil.copyfile(os.path.join(HERE, NODE_REPORTER), reporter)
@@ -766,33 +768,48 @@ class Verifier:
                 f"--test-reporter-destination={report}", *files]
         print(f"verifier: running {len(tests)} tests (node's test runner, {len(files)} files)", flush=True)
         self.run_suite(argv)
-        try:
-            with open(report, "rb") as handle:
-                outcomes = parse_node_report(handle.read(), self.project)
-        except OSError as exc:
-            self.problem(f"node's test runner wrote no report ({exc})")
-            outcomes = {}
-        return outcomes, {"outcomes": {k: v[0] for k, v in outcomes.items()}, "violations": []}
+        return self.node_outcomes(report, "node's test runner")
 
     def run_tape_tests(self, tests: list[str]) -> tuple[dict[str, list[str]], dict]:
-        """tape over the files of `tests`, one node process a file under miner's reporter (copied
-        into the fresh work folder), which loads the healthy tape (/sandbox/node_modules, checked
-        with the system) and appends JSON lines as node's reporter does."""
+        """tape over the files of `tests`, one node process a file under miner's reporter, which
+        loads the healthy tape (/sandbox/node_modules, checked with the system)."""
+        return self.run_file_by_file(TAPE_REPORTER, "tape", tests, self.spec.get("tape_preload", []))
+
+    def run_mocha_tests(self, tests: list[str]) -> tuple[dict[str, list[str]], dict]:
+        """mocha over the files of `tests`, one node process a file under miner's reporter, which
+        runs the healthy mocha (/sandbox/node_modules, checked with the system) with the project's
+        mocha config files unread."""
+        return self.run_file_by_file(MOCHA_REPORTER, "mocha", tests, self.spec.get("mocha_args", []))
+
+    def run_file_by_file(self, reporter_name: str, label: str, tests: list[str],
+                         args: list[str]) -> tuple[dict[str, list[str]], dict]:
+        """`node REPORTER REPORT FILE ARGS...` for each file of `tests`, the reporter copied into the
+        fresh work folder, appending JSON lines as node's reporter does."""
+        node = self.node_program()
+        if node is None:
+            return {}, {"outcomes": {}, "violations": []}
+        reporter, report = os.path.join(self.work, reporter_name), os.path.join(self.work, f"{label}.jsonl")
+        shutil.copyfile(os.path.join(HERE, reporter_name), reporter)
+        files = sorted({t.split("::", 1)[0] for t in tests})
+        print(f"verifier: running {len(tests)} tests ({label}, {len(files)} files)", flush=True)
+        for file in files:
+            self.run_suite([node, reporter, report, file, *args])
+        return self.node_outcomes(report, f"{label}'s reporter")
+
+    def node_program(self) -> str | None:
         node = shutil.which("node", path=self.env.get("PATH", ""))
         if node is None:
             self.problem("node is not on the healthy PATH")
-            return {}, {"outcomes": {}, "violations": []}
-        reporter, report = os.path.join(self.work, TAPE_REPORTER), os.path.join(self.work, "tape.jsonl")
-        shutil.copyfile(os.path.join(HERE, TAPE_REPORTER), reporter)
-        files = sorted({t.split("::", 1)[0] for t in tests})
-        print(f"verifier: running {len(tests)} tests (tape, {len(files)} files)", flush=True)
-        for file in files:
-            self.run_suite([node, reporter, report, file, *self.spec.get("tape_preload", [])])
+        return node
+
+    def node_outcomes(self, report: str, writer: str) -> tuple[dict[str, list[str]], dict]:
+        """(outcomes per test id from a reporter's JSON lines, the same as the guard's report: node
+        runs no plugin of the project's to guard)."""
         try:
             with open(report, "rb") as handle:
                 outcomes = parse_node_report(handle.read(), self.project)
         except OSError as exc:
-            self.problem(f"tape's reporter wrote no report ({exc})")
+            self.problem(f"{writer} wrote no report ({exc})")
             outcomes = {}
         return outcomes, {"outcomes": {k: v[0] for k, v in outcomes.items()}, "violations": []}
 

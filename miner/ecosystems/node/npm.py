@@ -31,7 +31,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from miner.ecosystems.node import code, tape
+from miner.ecosystems.node import code, mocha, tape
 from miner.ecosystems.node.runner import ManifestError, command_files, project_command, read_manifest
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, NodePackage, Target
 from miner.projectfiles import project_files
@@ -124,19 +124,29 @@ def uses_npm(root: Path) -> bool:
         return False  # the test command's choice says why the project is skipped
 
 
+# The runners miner installs itself (package name -> what to install when the project's range does
+# not install): the registry's newest, but mocha 12 needs node 20.19 and Debian's node is 18.
+RUNNER_PACKAGES = {"tape": "tape", "mocha": "mocha@11"}
+
+
+def _runner_package(command: str) -> str | None:
+    return "tape" if tape.is_tape_command(command) else "mocha" if mocha.is_mocha_command(command) else None
+
+
 def _runner_lines(command: str, dev: dict) -> list[str]:
-    """tape, miner's, beside the project (see the module's docstring)."""
-    if not tape.is_tape_command(command):
+    """The runner (tape, mocha), miner's, beside the project (see the module's docstring)."""
+    name = _runner_package(command)
+    if name is None:
         return []
-    wanted = f"tape@{dev['tape']}" if isinstance(dev.get("tape"), str) else "tape"
+    wanted = f"{name}@{dev[name]}" if isinstance(dev.get(name), str) else RUNNER_PACKAGES[name]
     # the runner is miner's: when the registry has no version in the project's range, its newest
-    fallback = f"miner: warning: {wanted} did not install: installing the registry's newest tape"
+    fallback = f"miner: warning: {wanted} did not install: installing {RUNNER_PACKAGES[name]}"
     return [f"# the test runner, miner's: {wanted} in {RUNNER_DIR}, linked into the venv's bin and /sandbox/node_modules",
             f"(mkdir -p {RUNNER_DIR} && cd {RUNNER_DIR} && echo '{{\"private\": true}}' > package.json"
             f" && {{ npm install {NPM_FLAGS} {shlex.quote(wanted)} || {{ echo {shlex.quote(fallback)} >&2;"
-            f" npm install {NPM_FLAGS} tape; }}; }}) || exit 1",
-            f"mkdir -p {SANDBOX_ROOT}/node_modules && ln -sfn {RUNNER_DIR}/node_modules/tape {SANDBOX_ROOT}/node_modules/tape",
-            f"ln -sfn {RUNNER_DIR}/node_modules/.bin/tape {VENV_DIR}/bin/tape"]
+            f" npm install {NPM_FLAGS} {shlex.quote(RUNNER_PACKAGES[name])}; }}; }}) || exit 1",
+            f"mkdir -p {SANDBOX_ROOT}/node_modules && ln -sfn {RUNNER_DIR}/node_modules/{name} {SANDBOX_ROOT}/node_modules/{name}",
+            f"ln -sfn {RUNNER_DIR}/node_modules/.bin/{name} {VENV_DIR}/bin/{name}"]
 
 
 def install_lines(root: Path) -> list[str]:
@@ -239,7 +249,7 @@ def test_dependencies(root: Path) -> list[str]:
     except ManifestError:
         return []
     dev = manifest.get("devDependencies") if isinstance(manifest.get("devDependencies"), dict) else {}
-    return sorted((required_packages(root, command) & set(dev)) - {"tape"}) if command and dev else []
+    return sorted((required_packages(root, command) & set(dev)) - set(RUNNER_PACKAGES)) if command and dev else []
 
 
 def dependencies(root: Path) -> list[str]:

@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from miner.ecosystems.base import ManifestError, Runner
-from miner.ecosystems.node import tape
+from miner.ecosystems.node import mocha, tape
 from miner.models import PROJECT_DIR, TestResult
 
 MESSAGE_CHARS = 1000
@@ -166,6 +166,8 @@ def _as_runner(root: Path, words: list[str], dev: dict) -> str | None:
     if program in ("node", "nodejs") and "tape" in dev and len(words) == 2 and not words[1].startswith("-"):
         file = _test_file(root, words[1])
         return shlex.join(["tape", file]) if file else None
+    if program in mocha.PROGRAMS or (program == "npx" and any(w in mocha.PROGRAMS for w in words)):
+        return mocha.normalise(root, words)
     return None
 
 
@@ -188,7 +190,9 @@ def project_command(root: Path) -> str | None:
 
 
 def command_files(command: str) -> list[str]:
-    """The file and glob arguments of a Node test command (tape's or node --test's)."""
+    """The file and glob arguments of a Node test command (tape's, mocha's or node --test's)."""
+    if mocha.is_mocha_command(command):
+        return mocha.command_files(command)
     return tape.split_command(command)[1] if tape.is_tape_command(command) else split_command(command)[2]
 
 
@@ -204,7 +208,7 @@ def suite_problem(root: Path) -> str | None:
         return "no package.json"
     if command is None:
         scripts = data.get("scripts") if isinstance(data.get("scripts"), dict) else {}
-        return f"its test script runs no test runner miner reads (node --test, tape): {scripts.get('test')!r}"
+        return f"its test script runs no test runner miner reads (node --test, tape, mocha): {scripts.get('test')!r}"
     files = command_files(command)
     patterns = files or ["**/*.test.js", "**/*.test.mjs", "**/*.test.cjs", "test/**/*.js", "test/**/*.mjs"]
     if not any(path.is_file() and "node_modules" not in path.parts
@@ -267,4 +271,10 @@ TAPE = Runner(
     run_passed=NODE_TEST.run_passed, verifier_spec=_tape_verifier_spec, file_errors_stand_for_tests=True,
     printed_forms=printed_forms, verifier_files=(("tape_reporter.cjs", tape.reporter_source),),
 )
-RUNNERS = (NODE_TEST, TAPE)
+MOCHA = Runner(
+    name="mocha", language="Node.js", runtime=RUNTIME, claims=mocha.is_mocha_command,
+    suite_command=mocha.suite_command, parse_report=parse_report, check_command=mocha.check_command,
+    run_passed=mocha.run_passed, verifier_spec=mocha.verifier_spec, file_errors_stand_for_tests=True,
+    verifier_files=(("mocha_reporter.cjs", mocha.reporter_source),), collect_reads=mocha.CONFIG_FILES,
+)
+RUNNERS = (NODE_TEST, TAPE, MOCHA)

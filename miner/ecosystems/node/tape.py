@@ -77,13 +77,21 @@ def suite_command(command: str, report: str, tests: list[str] | None = None, des
     preload, files = split_command(command)
     if tests:
         files = sorted({t.split(ID_SEPARATOR, 1)[0] for t in tests})
-    reporter = f"{report}.tape-reporter.cjs"
-    write = f"echo {base64.b64encode(reporter_source()).decode()} | base64 -d > {shlex.quote(reporter)}"
+    return file_by_file(report, "tape-reporter.cjs", reporter_source(), files, preload)
+
+
+def file_by_file(report: str, reporter_name: str, source: bytes, files: list[str], args: list[str],
+                 listing: str = "printf '%s\\n' {words}") -> str:
+    """The shell command running `node REPORTER REPORT FILE ARGS...` for each file the `files`
+    arguments (globs expanded by bash, `listing` turning them into file names) name, the reporter
+    (`source`) written beside the report; exit 1 when any file's run failed."""
+    reporter = f"{report}.{reporter_name}"
+    write = f"echo {base64.b64encode(source).decode()} | base64 -d > {shlex.quote(reporter)}"
     words = " ".join(_glob_word(f) for f in files)
     quoted, errors = shlex.quote(report), shlex.quote(f"{report}.stderr")
     run = (f"miner_tape_rc=0; shopt -s globstar nullglob; rm -f {quoted}; "
-           f"for miner_f in $(printf '%s\\n' {words} | sort -u); do "
-           f"node {shlex.quote(reporter)} {quoted} \"$miner_f\" {shlex.join(preload)} 2> {errors}; "
+           f"for miner_f in $({listing.replace('{words}', words)} | sort -u); do "
+           f"node {shlex.quote(reporter)} {quoted} \"$miner_f\" {shlex.join(args)} 2> {errors}; "
            f"miner_file_rc=$?; cat {errors} >&2; if [ $miner_file_rc -ne 0 ]; then miner_tape_rc=1; "
            f"{_NO_REPORT.format(report=quoted, errors=errors)}; fi; done; rm -f {errors}")
     return f"{write} && {{ {run}; }}; rm -f {shlex.quote(reporter)}; (exit $miner_tape_rc)"
