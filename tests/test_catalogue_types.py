@@ -57,6 +57,22 @@ NPM_CASES: dict[str, tuple[str, set[str], set[str]]] = {
     # qs 5 (the registry's newest older major) ignores arrayFormat 'comma' and the comma option
     "deps/node-wrong-version": ("node-package:qs", QUERY, DURATION | HTML | LOGGER),
 }
+# Types of an npm project's lockfile, programs, peers and npm config, validated on fixtures/node-cli
+# (a config checker on ajv 6 or 8, ajv-formats, ajv-keywords and js-yaml, with a lockfile, whose tests
+# run js-yaml's program and an npm script): type -> (target key, F2P among, tests that must stay passing)
+CLI = "test/cli.test.js::"
+NODE_CLI_CASES: dict[str, tuple[str, set[str], set[str]]] = {
+    # js-yaml 4.0.0 (the oldest release ^4.0.0 accepts) has no yaml.types: the loader fails
+    "deps/node-lockfile-drift": ("node-package:js-yaml", {"test/load.test.js::merge keys share a block"},
+                                 {f"{CLI}js-yaml's program prints the example as JSON"}),
+    # ajv 6 (package.json accepts it, ajv-formats' peer range does not): the plugins fail, the core works
+    "deps/node-peer-conflict": ("node-package:ajv", {"test/formats.test.js::an owner must be an email address"},
+                                {"test/schema.test.js::a missing key is reported"}),
+    "fs/node-bin-link-missing": ("node-package:js-yaml", {f"{CLI}js-yaml's program prints the example as JSON"},
+                                 {"test/load.test.js::merge keys share a block"}),
+    "home/npmrc-script-shell": ("setting:npm", {f"{CLI}npm run yaml2json prints the example as JSON"},
+                                {f"{CLI}js-yaml's program prints the example as JSON"}),
+}
 # type -> (target key, context pinned by the test or None, tests that must be among the F2P)
 LOCAL_CASES: dict[str, tuple[str, dict | None, set[str]]] = {
     "virtualenv/interpreter-link": ("setting:python", None, set()),
@@ -182,7 +198,7 @@ def test_the_catalogue_has_sixty_types_each_with_its_category_and_evidence() -> 
     assert len(CATALOGUE) >= 60
     assert {t.category for t in CATALOGUE.values()} <= set(CATEGORIES)
     added = set(CATALOGUE) - FIRST_33
-    assert added == set(LOCAL_CASES) | set(DOCKER_CASES) | IMAGE_CASES | set(NPM_CASES), \
+    assert added == set(LOCAL_CASES) | set(DOCKER_CASES) | IMAGE_CASES | set(NPM_CASES) | set(NODE_CLI_CASES), \
         "every added type has its case here"
     for type_id in added:
         itype = CATALOGUE[type_id]
@@ -247,6 +263,21 @@ def npm_world(tmp_path_factory) -> World:
 def test_npm_type_validates_on_the_node_fixture(npm_world: World, type_id: str) -> None:
     target_key, failing, passing = NPM_CASES[type_id]
     candidate = run_case(npm_world, type_id, target_key, None, failing)
+    assert not passing & set(candidate.f2p), sorted(candidate.f2p)
+
+
+@pytest.fixture(scope="module")
+def node_cli_world(tmp_path_factory) -> World:
+    from miner.sandbox.local import LocalBackend
+
+    return make_world(tmp_path_factory.mktemp("node-cli-local"), LocalBackend(), "node-cli", "", 10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("type_id", sorted(NODE_CLI_CASES))
+def test_npm_type_validates_on_the_cli_fixture(node_cli_world: World, type_id: str) -> None:
+    target_key, failing, passing = NODE_CLI_CASES[type_id]
+    candidate = run_case(node_cli_world, type_id, target_key, None, failing)
     assert not passing & set(candidate.f2p), sorted(candidate.f2p)
 
 
