@@ -80,7 +80,8 @@ def main() -> int:
 
 def compare(unpacked: list[Path]) -> None:
     """Each sdist judged by pytest's own answer and by the estimate from its rules, side by side."""
-    from miner.discover import Options, assess, folder_listing
+    from miner.discover import Options
+    from miner.ecosystems.python.discover import assess, folder_listing
 
     seconds = {True: 0.0, False: 0.0}
     verdicts: dict[bool, dict[str, tuple[bool, str]]] = {True: {}, False: {}}

@@ -832,9 +832,9 @@ def discover(ctx: click.Context, names: Path | None, query: str | None, npm_name
     try:
         cache = ctx.find_object(Settings).store_root / "cache" / "sources"
         if npm_names is not None:
-            result = found.discover_npm(npm_names, out, cache, options, say)
+            result = found.discover_names("npm", npm_names, out, cache, options, say)
         elif names is not None:
-            result = found.discover_pypi(names, out, cache, options, say, start, end, version, index_url)
+            result = found.discover_names("pypi", names, out, cache, options, say, start, end, version, index_url)
         else:
             text = found.github_query(query or "", language or None, min_stars, pushed_since)
             result = found.discover_github(text, out, options, say, github_url, found.github_token())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import urllib.parse
@@ -17,7 +18,8 @@ import pytest
 from packaging.version import Version
 
 from conftest import FIXTURES, run_miner
-from miner.discover import Listing, Options, assess, choose_release, folder_listing, reset_wait
+from miner.discover import Options, reset_wait
+from miner.ecosystems.python.discover import Listing, assess, choose_release, folder_listing
 from miner.sources import parse_repos
 
 GITHUB_DATA = Path(__file__).parent / "data" / "github"
@@ -223,6 +225,29 @@ def test_pypi_range_and_version_spec(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "past the end" in bad.stderr and "Traceback" not in bad.stderr
 
 
+# -- npm (real tarballs from the registry) ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm")
+def test_npm_keeps_a_package_with_a_suite_and_says_why_others_are_left_out(tmp_path: Path) -> None:
+    """`miner discover --npm`: a tape-tested package with runtime dependencies kept at its pinned
+    version, one without runtime dependencies and a line naming no package left out with their
+    reason; the run again takes every verdict from its state file."""
+    names = tmp_path / "names.txt"
+    names.write_text("qs@6.17.1\nminimist@1.2.8\nNot A Name!\n")
+    args = ["discover", "--npm", names, "--out", tmp_path / "repos.txt", "--json"]
+    found = records(run_miner(tmp_path / "store", *args, timeout=300))
+    assert found["qs"]["kept"] and found["qs"]["line"] == "npm:qs@6.17.1", found["qs"]
+    assert "runs tape" in found["qs"]["reason"]
+    assert not found["minimist"]["kept"] and "no runtime dependencies" in found["minimist"]["reason"]
+    assert found["Not A Name!"]["reason"] == "not an npm package name"
+    sources, errors = parse_repos(tmp_path / "repos.txt")
+    assert not errors and [s.raw.split()[0] for s in sources] == ["npm:qs@6.17.1"]
+    again = records(run_miner(tmp_path / "store", *args, timeout=300))
+    assert all(r["resumed"] for r in again.values())
+
+
 # -- the checks themselves --------------------------------------------------------------------
 
 
@@ -312,7 +337,7 @@ CHOSEN = {"path-pattern": ["src/tests/test_api.py"], "testpaths": ["checks/test_
 def test_pytest_itself_chooses_the_test_modules_and_imports_none(tmp_path: Path, layout: str) -> None:
     """Each layout's modules as pytest picks them; nothing of the project is imported (every
     module and the conftest would fail if it were), and the project is kept."""
-    from miner.discover import pytest_collected
+    from miner.ecosystems.python.discover import pytest_collected
 
     files = {**LAYOUTS[layout], "conftest.py": "raise SystemExit('a conftest was imported')\n"}
     for rel, text in files.items():

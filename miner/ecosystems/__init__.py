@@ -32,7 +32,19 @@ from pathlib import Path, PurePosixPath
 
 import networkx as nx
 
-from miner.ecosystems.base import CodeFacts, Ecosystem, ManifestError, ProbeKind, Runner, TargetKit
+from miner.ecosystems.base import (
+    CodeFacts,
+    Criteria,
+    Ecosystem,
+    ManifestError,
+    NameEntry,
+    ProbeKind,
+    RegistryDiscovery,
+    Runner,
+    TargetKit,
+    Unchecked,
+)
+from miner.ecosystems.node import discover as node_discover
 from miner.ecosystems.node import npm
 from miner.ecosystems.node import providers as node_providers
 from miner.ecosystems.node import registry as node_registry
@@ -40,6 +52,7 @@ from miner.ecosystems.node.graph import NodeGraph
 from miner.ecosystems.node.runner import RUNNERS as NODE_RUNNERS
 from miner.ecosystems.node.runner import project_command as node_project_command
 from miner.ecosystems.node.runner import suite_problem as node_suite_problem
+from miner.ecosystems.python import discover as python_discover
 from miner.ecosystems.python import install as python_install
 from miner.ecosystems.python import inventory as python_inventory
 from miner.ecosystems.python import providers as python_providers
@@ -56,7 +69,7 @@ from miner.sandbox.base import BuildSpec, Limits, Sandbox
 PYTHON = "python"
 NODE = "node"
 
-__all__ = ["CodeFacts", "Ecosystem", "ManifestError", "Runner", "TargetKit"]
+__all__ = ["CodeFacts", "Criteria", "Ecosystem", "ManifestError", "NameEntry", "Runner", "TargetKit", "Unchecked"]
 
 
 def detect(files: Iterable[str], healthy: HealthyState) -> frozenset[str]:
@@ -115,6 +128,14 @@ SOURCES = {registry.prefix: registry for registry in (python_registry.SOURCE, no
 PROVIDERS = {name: provider for e in ECOSYSTEMS.values() for name, provider in e.providers.items()}
 RELEASE_LOOKUPS = dict(e.releases for e in ECOSYSTEMS.values() if e.releases)
 PROBE_KINDS = {kind.kind: kind for e in ECOSYSTEMS.values() for kind in e.probe_kinds}
+# `miner discover --pypi NAMES`, `--npm NAMES`: each registry's names and checks.
+DISCOVERIES: dict[str, RegistryDiscovery] = {d.prefix: d for d in (python_discover.DISCOVERY, node_discover.DISCOVERY)}
+
+
+def judge_tree(paths: list[str], criteria: Criteria) -> tuple[bool, str]:
+    """(kept, reason) of a repository judged on its file tree alone (`miner discover --github`):
+    whether it ships a suite pytest collects (Python's judgment: GitHub's search is by language)."""
+    return python_discover.judge_tree(paths, criteria)
 
 
 def probe_kind(kind: str) -> ProbeKind | None:

@@ -265,6 +265,52 @@ class RegistrySource:
     hosts: Callable[[dict[str, str]], list[str]] = _no_hosts
 
 
+class Unchecked(Exception):
+    """A project could not be checked for a passing reason (the network): not recorded, retried next run."""
+
+
+@dataclass(frozen=True)
+class NameEntry:
+    """One entry of a discovery's names file: a name with its version spec, or why it is not one."""
+
+    text: str
+    name: str = ""
+    spec: str = ""
+    problem: str = ""
+
+
+@dataclass
+class Criteria:
+    """What a discovery keeps: projects with a compiled build step too, only projects with a Dockerfile."""
+
+    allow_compiled: bool = False
+    dockerized: bool = False
+
+
+def _any_spec(spec: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class RegistryDiscovery:
+    """How `miner discover --PREFIX NAMES` reads and checks a names file's lines (miner.discover).
+
+    entry(text)            a line as a NameEntry (`problem` set when it names no package)
+    key(entry)             its identity across runs (the state file's key)
+    check(entry, cache, criteria, index)
+                           (kept, reason, the repos.txt line); Unchecked: ask again on the next run
+    spec_problem(spec)     why a default version spec (`--version`) is not one, None when it is
+    criteria()             what else a verdict depends on (the Python it was judged for)
+    """
+
+    prefix: str
+    entry: Callable[[str], NameEntry]
+    key: Callable[[NameEntry], str]
+    check: Callable[[NameEntry, Path, Criteria, str | None], tuple[bool, str, str]]
+    spec_problem: Callable[[str], str | None] = _any_spec
+    criteria: Callable[[], str] = lambda: ""
+
+
 class ManifestError(ValueError):
     """A project's manifest (package.json) that does not parse; the message says where."""
 

@@ -1,4 +1,4 @@
-"""A pytest plugin for discovery (miner.discover.pytest_collected): pytest's own choice of test
+"""A pytest plugin for discovery (miner.ecosystems.python.discover.pytest_collected): pytest's own choice of test
 modules, without importing any of them.
 
 pytest decides which files are test modules (python_files, testpaths, norecursedirs, --ignore,
