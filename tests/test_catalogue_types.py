@@ -58,16 +58,17 @@ NPM_CASES: dict[str, tuple[str, set[str], set[str]]] = {
     "deps/node-wrong-version": ("node-package:qs", QUERY, DURATION | HTML | LOGGER),
 }
 # Types of an npm project's lockfile, programs, peers and npm config, validated on fixtures/node-cli
-# (a config checker on ajv 6 or 8, ajv-formats, ajv-keywords and js-yaml, with a lockfile, whose tests
+# (a config checker on ajv 6 or 8, ajv-keywords and js-yaml, with a lockfile, whose tests
 # run js-yaml's program and an npm script): type -> (target key, F2P among, tests that must stay passing)
 CLI = "test/cli.test.js::"
 NODE_CLI_CASES: dict[str, tuple[str, set[str], set[str]]] = {
     # js-yaml 4.0.0 (the oldest release ^4.0.0 accepts) has no yaml.types: the loader fails
     "deps/node-lockfile-drift": ("node-package:js-yaml", {"test/load.test.js::merge keys share a block"},
                                  {f"{CLI}js-yaml's program prints the example as JSON"}),
-    # ajv 6 (package.json accepts it, ajv-formats' peer range does not): the plugins fail, the core works
-    "deps/node-peer-conflict": ("node-package:ajv", {"test/formats.test.js::an owner must be an email address"},
-                                {"test/schema.test.js::a missing key is reported"}),
+    # ajv 6 (package.json accepts it, ajv-keywords' peer range does not): the plugin fails, the core works
+    "deps/node-peer-conflict": ("node-package:ajv", {"test/keywords.test.js::two routes cannot share a path"},
+                                {"test/schema.test.js::a missing key is reported",
+                                 "test/formats.test.js::an owner must be an email address"}),
     "fs/node-bin-link-missing": ("node-package:js-yaml", {f"{CLI}js-yaml's program prints the example as JSON"},
                                  {"test/load.test.js::merge keys share a block"}),
     "home/npmrc-script-shell": ("setting:npm", {f"{CLI}npm run yaml2json prints the example as JSON"},

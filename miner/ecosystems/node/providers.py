@@ -96,13 +96,15 @@ def node_drift(inverter: Releases, job: Job) -> dict[str, Any] | None:
 
 def node_peer_conflict(inverter: Releases, job: Job) -> dict[str, Any] | None:
     """A release outside the range an installed package's peerDependencies ask of the target,
-    inside the range package.json (or the target's requirers) declares: what
-    `npm install --legacy-peer-deps` lets through. The newest such release."""
+    inside every range package.json and the target's requirers declare: what
+    `npm install --legacy-peer-deps` lets through. The newest such release. (A release outside a
+    requirer's range is no peer conflict: npm nests a copy of the healthy release for it, which
+    also holds what the break changed.)"""
     packages = job.healthy.node_packages
     by_path = {p.path: p for p in packages}
     dependents = sorted((p for p in packages if job.target.name in p.peers
                          and _resolve_from(p.path, job.target.name, by_path) == job.target.path), key=lambda p: p.path)
-    declared = _declared(job, requirers=False)
+    declared = _declared(job, requirers=True)
     if not dependents or not declared:
         return None
     releases = _final_releases(inverter, job.target.name)
