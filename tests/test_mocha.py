@@ -38,6 +38,8 @@ def write_package(root: Path, manifest: dict, files: dict[str, str] | None = Non
     ("npx mocha --require ./test/setup.js -u tdd --check-leaks test", "mocha --require ./test/setup.js --ui tdd test"),
     ("nyc --reporter=html mocha --timeout=3000 --no-timeouts test/a.js", "mocha --timeout 0 test/a.js"),
     ("c8 mocha --grep slow --spec test/b.js", "mocha test/b.js"),
+    ("istanbul cover _mocha -- -R spec", "mocha test"),
+    ("istanbul cover node_modules/mocha/bin/_mocha -- --reporter dot test/", "mocha test/"),
 ])
 def test_mocha_scripts_are_normalised(tmp_path: Path, script: str, command: str) -> None:
     root = write_package(tmp_path, {"scripts": {"test": script}})
@@ -74,12 +76,23 @@ def test_the_fixture_runs_under_mocha_with_its_config() -> None:
     assert command == "mocha --require test/setup.js --timeout 5000 'test/**/*.spec.js'"
     assert runner.suite_problem(root) is None
     assert npm.test_files(root, command) == ["test/dates.spec.js", "test/duration.spec.js", "test/schedule.spec.js",
-                                             "test/versions.spec.js"]
+                                             "test/setup.js", "test/versions.spec.js"]
     assert npm.test_dependencies(root) == []  # mocha is miner's: dropped with the linters
     lines = "\n".join(npm.install_lines(root))
     assert "'mocha@^10.7.0'" in lines and "mocha@11" in lines
     assert "ln -sfn /sandbox/.miner-node/node_modules/mocha /sandbox/node_modules/mocha" in lines
     assert "ln -sfn /sandbox/.miner-node/node_modules/.bin/mocha /sandbox/venv/bin/mocha" in lines
+
+
+def test_what_mocha_loads_before_the_tests_is_kept_by_the_build(tmp_path: Path) -> None:
+    command = "mocha --require should --require ./test/helper.js --ui mocha-qunit-ui test/"
+    assert mocha.preloaded_packages(command) == {"should", "mocha-qunit-ui"}
+    assert "test/helper.js" in mocha.command_files(command)
+    root = write_package(tmp_path, {"scripts": {"test": command},
+                                    "devDependencies": {"should": "^13", "mocha-qunit-ui": "^0.1", "chai": "^4",
+                                                        "eslint": "^8", "mocha": "^10"}},
+                         {"test/a.js": "test('x', () => {});", "test/helper.js": "global.expect = require('chai').expect;"})
+    assert npm.test_dependencies(root) == ["chai", "mocha-qunit-ui", "should"]
 
 
 def test_mocha_runs_each_file_with_its_reporter() -> None:
@@ -148,9 +161,16 @@ def test_a_real_mocha_run_reports_each_test(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=300)
         return {k: r.outcome for k, r in runner.parse_report(report.read_bytes()).items()} | {"rc": done.returncode}
 
+    def check(test_id: str) -> bool:
+        # as a person runs it: mocha on PATH (here the project's), its config files read
+        done = subprocess.run(["bash", "-c", mocha.check_command(command, test_id).replace("mocha ", "npx mocha ", 1)],
+                              cwd=root, capture_output=True, text=True, timeout=120)
+        return runner.MOCHA.run_passed(done.returncode, done.stdout + done.stderr, "passed")
+
     healthy = run()
     assert healthy.pop("rc") == 0 and len(healthy) == 14 and set(healthy.values()) == {"passed"}
     assert "test/schedule.spec.js::loadSchedule::refuses an unknown channel" in healthy
+    assert check("test/versions.spec.js::nextVersion::bumps the minor version")
     # a project config read would fail every file: the suite's runs never read it
     (root / ".mocharc.json").write_text(json.dumps({"require": "./no-such-module.js"}))
     shutil.rmtree(root / "node_modules" / "semver")
@@ -161,10 +181,7 @@ def test_a_real_mocha_run_reports_each_test(tmp_path: Path) -> None:
     message = runner.parse_report(report.read_bytes())["test/versions.spec.js"].message
     assert message == "Error: Cannot find module 'semver'"
     (root / ".mocharc.json").unlink()
-    check = mocha.check_command(command, "test/dates.spec.js::dates::formats a release day")
-    done = subprocess.run(["bash", "-c", check.replace("mocha ", "npx mocha ", 1)], cwd=root, capture_output=True,
-                          text=True, timeout=120)
-    assert runner.MOCHA.run_passed(done.returncode, done.stdout + done.stderr, "passed"), done.stdout + done.stderr
+    assert not check("test/versions.spec.js::nextVersion::bumps the minor version")
 
 
 @pytest.mark.slow

@@ -36,6 +36,8 @@ from miner.ecosystems.node import tape
 ID_SEPARATOR = "::"
 PROGRAMS = ("mocha", "_mocha")
 DEFAULT_SPEC = "test"
+SUFFIXES = (".js", ".cjs", ".mjs")  # the files mocha takes from a folder
+BUILTIN_UIS = ("bdd", "tdd", "qunit", "exports")
 # mocha reads these when it starts, in the project folder (mocha.opts: in test/, before mocha 8)
 CONFIG_FILES = (".mocharc.cjs", ".mocharc.js", ".mocharc.yaml", ".mocharc.yml", ".mocharc.jsonc", ".mocharc.json",
                 "mocha.opts")
@@ -211,8 +213,25 @@ def verifier_spec(command: str) -> dict:
 
 
 def command_files(command: str) -> list[str]:
-    """The glob patterns of the test files a mocha command runs (a folder: its .js/.cjs/.mjs files,
-    its whole tree with --recursive)."""
+    """The glob patterns of the files a mocha command loads: its test files (a folder: its
+    .js/.cjs/.mjs files, its whole tree with --recursive) and the project files it --requires."""
     _, spec, recursive = split_command(command)
     inside = "**/*" if recursive else "*"
-    return [pattern for arg in spec for pattern in (arg, *(f"{arg.rstrip('/')}/{inside}.{ext}" for ext in ("js", "cjs", "mjs")))]
+    tests = [pattern for arg in spec for pattern in (arg, *(() if arg.endswith(SUFFIXES) else
+                                                            (f"{arg.rstrip('/')}/{inside}{ext}" for ext in SUFFIXES)))]
+    found = _options(shlex.split(command)[1:])
+    return [*tests, *(str(PurePosixPath(r)) for r in found["require"] if _is_file(r))]
+
+
+def _is_file(module: str) -> bool:
+    """Whether a --require names a project file (mocha requires a path that exists as one)."""
+    return module.startswith((".", "/")) or module.endswith(SUFFIXES)
+
+
+def preloaded_packages(command: str) -> set[str]:
+    """The packages a mocha command loads before the tests: its --require modules and an --ui
+    interface that is not mocha's own (`--ui mocha-qunit-ui`, `--require should`)."""
+    found = _options(shlex.split(command)[1:])
+    names = [r for r in found["require"] if not _is_file(r)]
+    names += [found["ui"]] if found.get("ui") and found["ui"] not in BUILTIN_UIS else []
+    return {"/".join(n.split("/")[:2]) if n.startswith("@") else n.split("/")[0] for n in names}

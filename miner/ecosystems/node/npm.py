@@ -95,6 +95,8 @@ def required_packages(root: Path, command: str) -> set[str]:
     (a linter's config or a build script is not followed: it is not what the tests load)."""
     files = {f for f in project_files(root) if not f.startswith("node_modules/")}
     main, seen, queue, packages = main_file(root), set(), test_files(root, command), set()
+    if mocha.is_mocha_command(command):
+        packages |= mocha.preloaded_packages(command)
     while queue:
         rel = queue.pop()
         if rel in seen:

@@ -102,7 +102,8 @@ def parse_report(data: bytes | str) -> dict[str, TestResult]:
     return results
 
 
-COVERAGE_WRAPPERS = ("nyc", "c8")  # they run the command after their options; miner wants no coverage
+COVERAGE_WRAPPERS = ("nyc", "c8", "istanbul")  # they run the command after their options; miner wants no coverage
+ISTANBUL_COMMANDS = ("cover", "test")  # `istanbul cover _mocha -- -R spec`: the program's arguments after `--`
 SCRIPT_NAMES = ("test", "tests-only", "test:unit", "unit")
 MAX_SCRIPT_HOPS = 5
 
@@ -124,9 +125,12 @@ def read_manifest(root: Path) -> dict | None:
 def _unwrapped(words: list[str]) -> list[str]:
     """A command without its coverage wrapper (`nyc --reporter=text tape x` -> `tape x`)."""
     while words and PurePosixPath(words[0]).name in COVERAGE_WRAPPERS:
+        istanbul = PurePosixPath(words[0]).name == "istanbul"
         words = words[1:]
-        while words and words[0].startswith("-"):
+        while words and (words[0].startswith("-") or (istanbul and words[0] in ISTANBUL_COMMANDS)):
             words = words[1:]
+        if istanbul and "--" in words:
+            words = [*words[:words.index("--")], *words[words.index("--") + 1:]]
     return words
 
 
