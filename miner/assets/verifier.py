@@ -108,7 +108,6 @@ HELD_PREFIXES = ("PYTHON", "PYTEST_", "LD_", "NODE_")  # every variable of these
 NODE_REPORTER = "node_reporter.mjs"  # miner's reporter for node's test runner (spec "runner": "node")
 TAPE_REPORTER = "tape_reporter.cjs"  # miner's reporter for tape, one node process a file (spec "runner": "tape")
 MOCHA_REPORTER = "mocha_reporter.cjs"  # miner's reporter for mocha, one node process a file (spec "runner": "mocha")
-MOCHA_REPORTER = "mocha_reporter.cjs"  # miner's reporter for mocha, one node process a file (spec "runner": "mocha")
 # The trees node loads a project's packages and miner's runner from: the project's node_modules, the
 # folders above it (miner links tape into /sandbox/node_modules), node's global folders under $HOME,
 # miner's own install of tape. As healthy, byte for byte (absent where the healthy image has none).
@@ -711,8 +710,6 @@ class Verifier:
             return self.run_node_tests(tests)
         if self.spec.get("runner") == "tape":
             return self.run_tape_tests(tests)
-        if self.spec.get("runner") == "mocha":
-            return self.run_mocha_tests(tests)
         if self.spec.get("runner") == "mocha":
             return self.run_mocha_tests(tests)
         junit = os.path.join(self.work, "junit.xml")
