@@ -31,6 +31,9 @@ SAMPLE_CONTEXT = {
     "old_version": "1.16.0", "conflict_version": "1.4.1", "required_by": "python-dateutil", "specifier": ">=1.5",
     "user_key": "server.port", "user_b64": "aGVsbAo=", "user_value": '"8080"',
     "entry": "node_modules/debug/src/index.js",
+    "drift_version": "4.0.0", "declared": "package.json asks ^4.0.0", "integrity": "sha512-x",
+    "peer_of": "ajv-keywords", "peer_version": "5.1.0", "peer_range": "^8.8.2",
+    "program": "js-yaml", "bin_file": "bin/js-yaml.js", "link": "node_modules/.bin/js-yaml",
 }
 # Types that choose between kinds of evidence (a context provider's choice, or the target's own
 # attrs.evidence): every choice is rendered.
