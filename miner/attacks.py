@@ -35,8 +35,8 @@ from miner.sandbox.docker.gateway import read_file, remove_image, tar_files
 ATTACK_DIR = "/tmp/miner-attack"
 ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 REACHES = ("verifier", "harness")
-RUNNERS = ("pytest", "node", "tape", "mocha")  # what a task's verifier runs its tests with (its spec's "runner")
-NODE_RUNNERS = ("node", "tape", "mocha")  # an entry for "node" fits every runner that runs on node
+RUNNERS = ("pytest", "node", "tape", "mocha", "jest")  # what a task's verifier runs its tests with (its spec's "runner")
+NODE_RUNNERS = ("node", "tape", "mocha", "jest")  # an entry for "node" fits every runner that runs on node
 SCRIPT_TIMEOUT = 300
 
 
@@ -51,7 +51,7 @@ class Attack:
     description: str
     script: str
     reach: str = "verifier"  # "harness": through a program the harness itself runs (out of any verifier's reach)
-    runner: str | None = None  # only against tasks whose tests this runner runs (spec "runner": pytest, node, tape, mocha)
+    runner: str | None = None  # only against tasks whose tests this runner runs (spec "runner": pytest, node, tape, mocha, jest)
 
     def fits(self, runner: str) -> bool:
         return self.runner is None or self.runner == runner or (self.runner == "node" and runner in NODE_RUNNERS)

@@ -23,7 +23,9 @@ from miner.cli import main
 CLASSES = {"project", "tests", "runner", "env", "reward", "stdlib", "tools", "interpreter", "shell", "loader", "path",
            # issue 22's four: a writer surviving the sweep, code the verifier runs, the reward
            # folder, a break satisfied instead of repaired
-           "survival", "verifier-runs", "reward-folder", "satisfied"}
+           "survival", "verifier-runs", "reward-folder", "satisfied",
+           # issue 24: a test runner's cache planted (jest's)
+           "cache"}
 ISSUE_CLASSES = ("survival", "verifier-runs", "reward-folder", "satisfied")
 # Shortcuts that need the task to name something (a package to edit); elsewhere they may not apply.
 MAY_NOT_APPLY = {"source-edited"}

@@ -84,8 +84,8 @@ def test_the_project_command_comes_from_package_json(tmp_path: Path) -> None:
     assert command_of(mixed) == "python -m pytest"
     mocha = project({"package.json": json.dumps({"scripts": {"test": "mocha"}})})
     assert command_of(mocha) == "mocha test"
-    jest = project({"package.json": json.dumps({"scripts": {"test": "jest"}})})
-    assert command_of(jest) == "python -m pytest"
+    vitest = project({"package.json": json.dumps({"scripts": {"test": "vitest run"}})})
+    assert command_of(vitest) == "python -m pytest"
     broken = project({"package.json": "{\"scripts\": "})
     with pytest.raises(runner.ManifestError, match="package.json does not parse"):
         command_of(broken)
@@ -121,4 +121,4 @@ def test_the_export_runs_node_tests_with_nodes_options() -> None:
         "runner": "node", "node_args": ["--test", "--test-concurrency=1"], "pytest_args": []}
     assert runner_spec("python -m pytest -x tests") == {"runner": "pytest", "pytest_args": ["-x", "tests"]}
     with pytest.raises(ExportError, match="not a plain pytest invocation"):
-        runner_spec("npx jest")
+        runner_spec("npx vitest run")

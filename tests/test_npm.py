@@ -47,15 +47,17 @@ def test_node_running_a_tape_file_is_tape_and_node_test_stays(tmp_path: Path) ->
     mocha = write_package(tmp_path / "d", {"scripts": {"test": "mocha --reporter spec"}})
     assert runner.project_command(mocha) == "mocha test"
     jest = write_package(tmp_path / "e", {"scripts": {"test": "jest --ci"}})
-    assert runner.project_command(jest) is None
+    assert runner.project_command(jest) == "jest --ci"
+    vitest = write_package(tmp_path / "f", {"scripts": {"test": "vitest run"}})
+    assert runner.project_command(vitest) is None
 
 
 def test_why_a_tarball_is_left_out(tmp_path: Path) -> None:
     assert runner.suite_problem(tmp_path) == "no package.json"
     broken = write_package(tmp_path / "broken", "{ not json")
     assert runner.suite_problem(broken).startswith("package.json does not parse")
-    jest = write_package(tmp_path / "jest", {"scripts": {"test": "jest test/"}})
-    assert "runs no test runner miner reads (node --test, tape, mocha)" in runner.suite_problem(jest)
+    vitest = write_package(tmp_path / "vitest", {"scripts": {"test": "vitest run test/"}})
+    assert "runs no test runner miner reads (node --test, tape, mocha, jest)" in runner.suite_problem(vitest)
     mocha = write_package(tmp_path / "mocha", {"scripts": {"test": "mocha test/"}})
     assert "ships no test files" in runner.suite_problem(mocha)
     bare = write_package(tmp_path / "bare", {"scripts": {"test": "tape 'test/**/*.js'"}}, {"index.js": ""})
@@ -172,15 +174,16 @@ def test_a_crawl_of_the_node_library_mines_node_tasks_and_its_coverage(tmp_path:
 
     root = copy_fixture("node-lib", tmp_path / "node-lib")
     broken = write_package(tmp_path / "broken", "{ not json", {"test/a.js": ""})
-    jest = write_package(tmp_path / "jest", {"scripts": {"test": "jest"}}, {"test/a.test.js": "it('x', () => {});"})
+    vitest = write_package(tmp_path / "vitest", {"scripts": {"test": "vitest run"}}, {"test/a.test.js": "it('x', () => {});"})
     empty = write_package(tmp_path / "empty", {"scripts": {"test": "tape test/*.js"}, "devDependencies": {"tape": "^5"}},
                           {"test/a.js": "// no test here"})
-    repos = write_repos(tmp_path / "repos.txt", [broken, jest, empty, root])
+    repos = write_repos(tmp_path / "repos.txt", [broken, vitest, empty, root])
     done = run_miner(tmp_path / "store", "crawl", "--repos", repos)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = summary_rows(done.stdout)
     assert "package.json does not parse" in rows[str(broken)]["reason / by type"]
-    assert "runs no test runner miner reads (node --test, tape, mocha): 'jest'" in rows[str(jest)]["reason / by type"]
+    assert "runs no test runner miner reads (node --test, tape, mocha, jest): 'vitest run'" in \
+        rows[str(vitest)]["reason / by type"]
     assert rows[str(empty)]["status"] == "skipped" and "no tests" in rows[str(empty)]["reason / by type"]
     with Store(tmp_path / "store", create=False) as store:
         tasks = store.list_tasks()

@@ -108,6 +108,9 @@ HELD_PREFIXES = ("PYTHON", "PYTEST_", "LD_", "NODE_")  # every variable of these
 NODE_REPORTER = "node_reporter.mjs"  # miner's reporter for node's test runner (spec "runner": "node")
 TAPE_REPORTER = "tape_reporter.cjs"  # miner's reporter for tape, one node process a file (spec "runner": "tape")
 MOCHA_REPORTER = "mocha_reporter.cjs"  # miner's reporter for mocha, one node process a file (spec "runner": "mocha")
+# miner's jest (spec "runner": "jest"), in its own install (a NODE_TREE); its config always explicit
+JEST_PROGRAM = "/sandbox/.miner-node/node_modules/jest/bin/jest.js"
+JEST_FLAGS = ["--ci", "--no-cache", "--watchman=false", "--forceExit", "--maxWorkers=2", "--json"]
 # The trees node loads a project's packages and miner's runner from: the project's node_modules, the
 # folders above it (miner links tape into /sandbox/node_modules), node's global folders under $HOME,
 # miner's own install of tape. As healthy, byte for byte (absent where the healthy image has none).
@@ -629,7 +632,7 @@ class Verifier:
             module = name.endswith((".py", ".pyc", ".so", ".pth")) or os.path.isdir(full)
             # a package in a node_modules folder inside the project is loaded before the project's own
             suspicious = name in watched or name.startswith("conftest.") or (stem in SHADOW_NAMES and module) \
-                or "node_modules" in parts[:-1] \
+                or "node_modules" in parts[:-1] or "__mocks__" in parts[:-1] \
                 or any(p in SHADOW_NAMES for p in parts[:-1]) or (stem in STDLIB_NAMES and module) \
                 or (name == "__init__.py" and len(parts) > 1 and parts[-2] in STDLIB_NAMES)
             if suspicious and rel not in healthy:
@@ -712,6 +715,8 @@ class Verifier:
             return self.run_tape_tests(tests)
         if self.spec.get("runner") == "mocha":
             return self.run_mocha_tests(tests)
+        if self.spec.get("runner") == "jest":
+            return self.run_jest_tests(tests)
         junit = os.path.join(self.work, "junit.xml")
         guard = os.path.join(self.work, "guard.json")
         allowed = os.path.join(self.work, "allowed.json")
@@ -780,6 +785,26 @@ class Verifier:
         runs the healthy mocha (/sandbox/node_modules, checked with the system) with the project's
         mocha config files unread."""
         return self.run_file_by_file(MOCHA_REPORTER, "mocha", tests, self.spec.get("mocha_args", []))
+
+    def run_jest_tests(self, tests: list[str]) -> tuple[dict[str, list[str]], dict]:
+        """miner's jest over the files of `tests` with the healthy config (spec "jest_config"), so no
+        config file, package.json key or cache of the project's is read; its own JSON report turned
+        into the reporters' JSON lines (jest_lines)."""
+        node = self.node_program()
+        if node is None:
+            return {}, {"outcomes": {}, "violations": []}
+        report, lines = os.path.join(self.work, "jest.json"), os.path.join(self.work, "jest.jsonl")
+        config = {**self.spec.get("jest_config", {}), "cacheDirectory": os.path.join(self.work, "jest-cache")}
+        files = sorted({t.split("::", 1)[0] for t in tests})
+        print(f"verifier: running {len(tests)} tests (jest, {len(files)} files)", flush=True)
+        self.run_suite([node, JEST_PROGRAM, *JEST_FLAGS, "--config", json.dumps(config), f"--outputFile={report}",
+                        "--runTestsByPath", *files])
+        try:
+            with open(report, "rb") as handle, open(lines, "wb") as out:
+                out.write(jest_lines(handle.read(), self.project))
+        except OSError:
+            pass
+        return self.node_outcomes(lines, "jest")
 
     def run_file_by_file(self, reporter_name: str, label: str, tests: list[str],
                          args: list[str]) -> tuple[dict[str, list[str]], dict]:
@@ -995,6 +1020,27 @@ def _ancestors(path: str) -> list[str]:
 
 
 # -- node's test runner (the same id rules as miner.ecosystems.node.runner) ----------------------------
+
+
+def jest_lines(data: bytes, project: str) -> bytes:
+    """jest's JSON report as the reporters' JSON lines (the rule of miner.ecosystems.node.jest): one
+    a test, one for a file that failed before its tests ran (its first error line)."""
+    try:
+        report = json.loads(data)
+    except ValueError:
+        return b""
+    out = []
+    for suite in report.get("testResults") or [] if isinstance(report, dict) else []:
+        file = str(suite.get("name") or "<no file>")
+        tests = suite.get("assertionResults") or []
+        if not tests and suite.get("status") == "failed":
+            out.append({"file": file, "names": [file], "passed": False})
+        for test in tests:
+            status = str(test.get("status"))
+            out.append({"file": file, "names": [file, *map(str, test.get("ancestorTitles") or []), str(test.get("title"))],
+                        "passed": status == "passed", "skip": status in ("pending", "skipped", "disabled"),
+                        "todo": status == "todo"})
+    return "".join(json.dumps(entry) + "\n" for entry in out).encode()
 
 
 def parse_node_report(data: bytes, project: str) -> dict[str, list[str]]:

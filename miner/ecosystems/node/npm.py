@@ -31,7 +31,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from miner.ecosystems.node import code, mocha, tape
+from miner.ecosystems.node import code, jest, mocha, tape
 from miner.ecosystems.node.runner import ManifestError, command_files, project_command, read_manifest
 from miner.models import PROJECT_DIR, SANDBOX_ROOT, VENV_DIR, NodePackage, Target
 from miner.projectfiles import project_files
@@ -128,15 +128,17 @@ def uses_npm(root: Path) -> bool:
 
 # The runners miner installs itself (package name -> what to install when the project's range does
 # not install): the registry's newest, but mocha 12 needs node 20.19 and Debian's node is 18.
-RUNNER_PACKAGES = {"tape": "tape", "mocha": "mocha@11"}
+RUNNER_PACKAGES = {"tape": "tape", "mocha": "mocha@11", "jest": "jest"}
 
 
 def _runner_package(command: str) -> str | None:
+    if jest.is_jest_command(command):
+        return "jest"
     return "tape" if tape.is_tape_command(command) else "mocha" if mocha.is_mocha_command(command) else None
 
 
 def _runner_lines(command: str, dev: dict) -> list[str]:
-    """The runner (tape, mocha), miner's, beside the project (see the module's docstring)."""
+    """The runner (tape, mocha, jest), miner's, beside the project (see the module's docstring)."""
     name = _runner_package(command)
     if name is None:
         return []

@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from miner.ecosystems.base import ManifestError, Runner
-from miner.ecosystems.node import mocha, tape
+from miner.ecosystems.node import jest, mocha, tape
 from miner.models import PROJECT_DIR, TestResult
 
 MESSAGE_CHARS = 1000
@@ -172,6 +172,8 @@ def _as_runner(root: Path, words: list[str], dev: dict) -> str | None:
         return shlex.join(["tape", file]) if file else None
     if program in mocha.PROGRAMS or (program == "npx" and any(w in mocha.PROGRAMS for w in words)):
         return mocha.normalise(root, words)
+    if program == jest.PROGRAM or (program == "npx" and jest.PROGRAM in words):
+        return None if jest.config_problem(root, words) else jest.normalise(root, words)
     return None
 
 
@@ -195,9 +197,19 @@ def project_command(root: Path) -> str | None:
 
 def command_files(command: str) -> list[str]:
     """The file and glob arguments of a Node test command (tape's, mocha's or node --test's)."""
+    if jest.is_jest_command(command):
+        return jest.command_files(command)
     if mocha.is_mocha_command(command):
         return mocha.command_files(command)
     return tape.split_command(command)[1] if tape.is_tape_command(command) else split_command(command)[2]
+
+
+def _jest_problem(root: Path, scripts: dict) -> str | None:
+    """Why a test script's jest run is not read (its config is code, or transforms), else None."""
+    runs = [words for name in SCRIPT_NAMES if isinstance(scripts.get(name), str)
+            for words in _script_runs(scripts, scripts[name])]
+    return next((why for words in runs if jest.PROGRAM in [PurePosixPath(w).name for w in words[:2]]
+                 and (why := jest.config_problem(root, words))), None)
 
 
 def suite_problem(root: Path) -> str | None:
@@ -212,7 +224,9 @@ def suite_problem(root: Path) -> str | None:
         return "no package.json"
     if command is None:
         scripts = data.get("scripts") if isinstance(data.get("scripts"), dict) else {}
-        return f"its test script runs no test runner miner reads (node --test, tape, mocha): {scripts.get('test')!r}"
+        if why := _jest_problem(root, scripts):
+            return why
+        return f"its test script runs no test runner miner reads (node --test, tape, mocha, jest): {scripts.get('test')!r}"
     files = command_files(command)
     patterns = files or ["**/*.test.js", "**/*.test.mjs", "**/*.test.cjs", "test/**/*.js", "test/**/*.mjs"]
     if not any(path.is_file() and "node_modules" not in path.parts
@@ -281,4 +295,10 @@ MOCHA = Runner(
     run_passed=mocha.run_passed, verifier_spec=mocha.verifier_spec, file_errors_stand_for_tests=True,
     verifier_files=(("mocha_reporter.cjs", mocha.reporter_source),), collect_reads=mocha.CONFIG_FILES,
 )
-RUNNERS = (NODE_TEST, TAPE, MOCHA)
+JEST = Runner(
+    name="jest", language="Node.js", runtime=RUNTIME, claims=jest.is_jest_command,
+    suite_command=jest.suite_command, parse_report=lambda data: parse_report(jest.report_lines(data)),
+    check_command=jest.check_command, run_passed=jest.run_passed, verifier_spec=jest.verifier_spec,
+    file_errors_stand_for_tests=True, printed_forms=jest.printed_forms, collect_reads=jest.CONFIG_FILES,
+)
+RUNNERS = (NODE_TEST, TAPE, MOCHA, JEST)
