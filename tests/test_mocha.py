@@ -15,6 +15,7 @@ import pytest
 from conftest import copy_fixture, crawl_fixture
 
 from miner.ecosystems.node import mocha, npm, runner
+from miner.projectfiles import is_runner_config
 from miner.store import Store
 
 NODE = shutil.which("node")
@@ -106,6 +107,7 @@ def test_mocha_runs_each_file_with_its_reporter() -> None:
     assert mocha.verifier_spec(command) == {"runner": "mocha", "mocha_args": ["--require", "./t/setup.js",
                                                                              "--timeout", "5000"], "pytest_args": []}
     assert runner.MOCHA.collect_reads == mocha.CONFIG_FILES and ".mocharc.yml" in mocha.CONFIG_FILES
+    assert all(is_runner_config(f"sub/{name}") for name in mocha.CONFIG_FILES)  # rule 7: a break leaves them
     assert [name for name, _ in runner.MOCHA.verifier_files] == ["mocha_reporter.cjs"]
     assert b"EVENT_TEST_PASS" in runner.MOCHA.verifier_files[0][1]()
 

@@ -78,20 +78,21 @@ function mochaArgs(version) {
   return major < 8 ? ['--no-config', '--no-package', '--no-opts'] : ['--no-config', '--no-package'];
 }
 
-function locate(root) {
-  for (const base of [path.dirname(root), root]) {
-    try {
-      return path.dirname(require.resolve('mocha/package.json', { paths: [base] }));
-    } catch (error) { /* the next place */ }
+// mocha's folder as node finds it from `base` (node_modules folders upward); its package.json is
+// read from there, not resolved, since a package's "exports" may not export it
+function locate(base) {
+  for (let dir = base; ; dir = path.dirname(dir)) {
+    const home = path.join(dir, 'node_modules', 'mocha');
+    if (fs.existsSync(path.join(home, 'package.json'))) return home;
+    if (dir === path.dirname(dir)) return null;
   }
-  return null;
 }
 
 function drive() {
   const { spawn } = require('child_process');
   const [report, file, ...options] = process.argv.slice(2);
   const root = process.cwd();
-  const home = locate(root);
+  const home = locate(path.dirname(root)) || locate(root);
   const fileError = (message) => {
     fs.appendFileSync(report, JSON.stringify({ file, names: [file], passed: false, message: message.slice(0, MESSAGE_CHARS) }) + '\n');
   };
