@@ -194,9 +194,11 @@ def test_a_crawl_of_the_cli_stores_a_task_of_each_new_type(tmp_path: Path) -> No
 
     base = crawl_fixture(tmp_path, "node-cli", "--types", ",".join(NEW_TYPES))
     with Store(base / "store", create=False) as store:
-        tasks = {t.type_id: t for t in store.list_tasks()}
-    assert set(tasks) == set(NEW_TYPES), sorted(tasks)
-    f2p = {type_id: set(task.f2p) for type_id, task in tasks.items()}
+        tasks = {(t.type_id, t.target.key): t for t in store.list_tasks()}
+    assert {type_id for type_id, _ in tasks} == set(NEW_TYPES), sorted(tasks)
+    targets = {"deps/node-lockfile-drift": "node-package:js-yaml", "deps/node-peer-conflict": "node-package:ajv",
+               "fs/node-bin-link-missing": "node-package:js-yaml", "home/npmrc-script-shell": "setting:npm"}
+    f2p = {type_id: set(tasks[type_id, key].f2p) for type_id, key in targets.items()}
     npm_run = "test/cli.test.js::npm run yaml2json prints the example as JSON"
     program = "test/cli.test.js::js-yaml's program prints the example as JSON"
     assert f2p["home/npmrc-script-shell"] == {npm_run}
