@@ -215,6 +215,7 @@ def jest_export(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.docker
+@pytest.mark.timeout(1500)  # the Docker crawl and export (the fixture) count too: 10 min on two busy cores
 def test_exported_jest_tasks_check_out_and_refuse_the_jest_shortcuts(jest_export: list[Path]) -> None:
     from miner.attacks import attack_tasks, load_catalogue
     from miner.check import check_tasks
@@ -227,7 +228,10 @@ def test_exported_jest_tasks_check_out_and_refuse_the_jest_shortcuts(jest_export
         assert result.ok, f"{result.name}: {result.reason}\n{result.oracle.output[-2000:] if result.oracle else ''}"
     catalogue = load_catalogue([]).select(JEST_SHORTCUTS)
     assert len(catalogue.attacks) == len(JEST_SHORTCUTS)
-    reports = attack_tasks(jest_export, catalogue, jobs=2)
+    # on the task whose break leaves a package node cannot load, where every stub has something to stand in for
+    deps = [task for task in jest_export if "deps-" in task.name or "fs-" in task.name][:1]
+    assert deps, [task.name for task in jest_export]
+    reports = attack_tasks(deps, catalogue, jobs=2)
     for report in reports:
         assert report.baseline_ok and len(report.outcomes) == len(JEST_SHORTCUTS)
         assert not report.holes, [(o.attack.id, o.reward, o.why) for o in report.holes]
