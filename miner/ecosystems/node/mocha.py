@@ -41,7 +41,6 @@ BUILTIN_UIS = ("bdd", "tdd", "qunit", "exports")
 # mocha reads these when it starts, in the project folder (mocha.opts: in test/, before mocha 8)
 CONFIG_FILES = (".mocharc.cjs", ".mocharc.js", ".mocharc.yaml", ".mocharc.yml", ".mocharc.jsonc", ".mocharc.json",
                 "mocha.opts")
-DATA_CONFIGS = (".mocharc.yaml", ".mocharc.yml", ".mocharc.jsonc", ".mocharc.json")
 # options whose next word is their value (the ones miner keeps, then the ones it drops)
 KEPT = {"-r": "require", "--require": "require", "-u": "ui", "--ui": "ui", "-t": "timeout", "--timeout": "timeout",
         "--spec": "spec", "--config": "config"}
