@@ -259,8 +259,7 @@ def printed_forms(line: str) -> list[str]:
 
 
 def verifier_spec(command: str) -> dict:
-    config, patterns = split_command(command)
-    return {"runner": "jest", "jest_config": config, "pytest_args": []}
+    return {"runner": "jest", "jest_config": split_command(command)[0], "pytest_args": []}
 
 
 def command_files(command: str) -> list[str]:
