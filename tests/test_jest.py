@@ -190,7 +190,8 @@ def test_a_real_jest_run_reports_each_test(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_local_crawl_mines_jest_tasks(tmp_path: Path) -> None:
-    base = crawl_fixture(tmp_path, "node-jest")
+    base = crawl_fixture(tmp_path, "node-jest", "--types", "deps/node-entry-corrupt,fs/node-package-unreadable",
+                         "--max-tasks-per-repo", "3")
     with Store(base / "store", create=False) as store:
         tasks = store.list_tasks()
     assert len(tasks) >= 3, [t.type_id for t in tasks]
