@@ -51,6 +51,7 @@ RUNNER_CONFIG = frozenset({
     "pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "pytest.ini", ".pytest.ini", "conftest.py",
     "noxfile.py", ".coveragerc", "manifest.in", "dockerfile", ".dockerignore",
     ".mocharc.js", ".mocharc.cjs", ".mocharc.yaml", ".mocharc.yml", ".mocharc.jsonc", ".mocharc.json", "mocha.opts",
+    "jest.config.js", "jest.config.ts", "jest.config.mjs", "jest.config.cjs", "jest.config.json",
 })
 # Files about the project rather than read by it (lower-cased names, and name prefixes).
 PACKAGING_NAMES = frozenset({

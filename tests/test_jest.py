@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import copy_fixture, crawl_fixture
 
+from miner import projectfiles
 from miner.ecosystems.node import jest, npm, runner
 from miner.store import Store
 
@@ -93,6 +94,7 @@ def test_the_suite_runs_with_its_config_explicit_and_jests_report() -> None:
         "runner": "jest", "jest_config": {"testEnvironment": "node", "testMatch": ["**/test/**/*.test.js"]},
         "pytest_args": []}
     assert runner.JEST.collect_reads == jest.CONFIG_FILES and "jest.config.js" in jest.CONFIG_FILES
+    assert all(projectfiles.is_runner_config(name) for name in jest.CONFIG_FILES)  # a break may not touch them
     assert jest.command_files("jest --ci test/unit") == ["test/unit/**/__tests__/**/*.js", *(
         f"test/unit/**/{g.removeprefix('**/')}" for g in jest.DEFAULT_FILES[1:])]
 
