@@ -51,6 +51,9 @@ CONTEXT = {
     "old_version": "0.8.9", "conflict_version": "0.8.10", "required_by": "weekly", "specifier": ">=0.9",
     "user_key": "output.width", "user_b64": "aGVsbAo=", "user_value": '"80"',
     "entry": "node_modules/left-pad/lib/index.js",
+    "drift_version": "1.2.0", "declared": "package.json asks ^1.0.0", "integrity": "sha512-y",
+    "peer_of": "left-pad-plugin", "peer_version": "2.0.0", "peer_range": "^2.0.0",
+    "program": "left-pad", "bin_file": "bin/cli.js", "link": "node_modules/.bin/left-pad",
 }
 
 

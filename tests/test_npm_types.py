@@ -1,8 +1,8 @@
 """npm's break types of issue 24's second part (lockfile drift, a `.bin` link, a peer conflict, a
 wrong ~/.npmrc): npm's ranges (miner.ecosystems.node.semver), what the inventory records of each
 package (its declared ranges, peerDependencies, programs, integrity), the targets and context
-providers the types use, and (slow: the npm registry) a real crawl of fixtures/node-cli that
-stores a task of each."""
+providers the types use. Each type's validation on fixtures/node-cli (the real validator, npm from
+the registry) is tests/test_catalogue_types.py's NODE_CLI_CASES."""
 
 from __future__ import annotations
 
@@ -181,31 +181,3 @@ def test_each_new_type_renders_with_its_evidence_and_a_short_fix(cli: Project) -
         assert inversion.evidence and all(e.detail for e in inversion.evidence), type_id
         assert literal_bytes(inversion.fix_script) <= MAX_FIX_LITERAL, inversion.fix_script
         assert "npm" in inversion.fix_script, type_id  # npm repairs each: ci, rebuild, config delete
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(NODE is None or shutil.which("npm") is None, reason="node and npm")
-def test_a_crawl_of_the_cli_stores_a_task_of_each_new_type(tmp_path: Path) -> None:
-    """`miner crawl --types` of the four types on fixtures/node-cli (npm from the registry):
-    each validates once, failing only the tests its break reaches."""
-    from conftest import crawl_fixture
-
-    from miner.store import Store
-
-    base = crawl_fixture(tmp_path, "node-cli", "--types", ",".join(NEW_TYPES))
-    with Store(base / "store", create=False) as store:
-        tasks = {(t.type_id, t.target.key): t for t in store.list_tasks()}
-    assert {type_id for type_id, _ in tasks} == set(NEW_TYPES), sorted(tasks)
-    targets = {"deps/node-lockfile-drift": "node-package:js-yaml", "deps/node-peer-conflict": "node-package:ajv",
-               "fs/node-bin-link-missing": "node-package:js-yaml", "home/npmrc-script-shell": "setting:npm"}
-    f2p = {type_id: set(tasks[type_id, key].f2p) for type_id, key in targets.items()}
-    npm_run = "test/cli.test.js::npm run yaml2json prints the example as JSON"
-    program = "test/cli.test.js::js-yaml's program prints the example as JSON"
-    assert f2p["home/npmrc-script-shell"] == {npm_run}
-    assert f2p["fs/node-bin-link-missing"] == {npm_run, program}
-    # js-yaml 4.0.0 has no yaml.types: the loader fails, js-yaml's own program does not
-    assert "test/load.test.js::merge keys share a block" in f2p["deps/node-lockfile-drift"]
-    assert program not in f2p["deps/node-lockfile-drift"]
-    # ajv 6: the project's own validator works (it takes ajv 6 or 8), ajv-keywords does not
-    assert "test/keywords.test.js::two routes cannot share a path" in f2p["deps/node-peer-conflict"]
-    assert not any(t.startswith(("test/schema", "test/formats")) for t in f2p["deps/node-peer-conflict"])
