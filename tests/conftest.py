@@ -15,6 +15,7 @@ or when it needs the session crawl or the Harbor harness (marked here, at collec
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections import Counter
 import re
@@ -110,6 +111,29 @@ def write_repos(path: Path, lines: list[str | Path]) -> Path:
     """A repos file holding the given lines."""
     path.write_text("".join(f"{line}\n" for line in lines))
     return path
+
+
+def export_fixture(base: Path, name: str, *crawl_args: str) -> list[Path]:
+    """fixtures/NAME crawled (crawl_fixture, with `crawl_args`) and every task exported as Harbor
+    folders under base/harbor; their paths."""
+    from miner.export import ExportOptions, export_tasks
+    from miner.store import Store
+
+    root = crawl_fixture(base, name, *crawl_args)
+    with Store(root / "store", create=False) as store:
+        summary = export_tasks(store, store.list_tasks(), "harbor", root / "harbor", ExportOptions(cache_dir=root / "cache"))
+    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
+    return [root / "harbor" / o.name for o in summary.outcomes]
+
+
+def write_package(root: Path, manifest: dict | str, files: dict[str, str] | None = None) -> Path:
+    """An npm project folder: its package.json (a dict, or raw text that need not parse) and files."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "package.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    for rel, body in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body)
+    return root
 
 
 def crawl_fixture(base: Path, name: str, *args: str) -> Path:

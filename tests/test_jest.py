@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import copy_fixture, crawl_fixture
+from conftest import copy_fixture, crawl_fixture, export_fixture, write_package
 
 from miner import projectfiles
 from miner.ecosystems.node import jest, npm, runner
@@ -23,17 +23,9 @@ from miner.store import Store
 NODE = shutil.which("node")
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_COMMAND = """jest --ci --config '{"testEnvironment":"node","testMatch":["**/test/**/*.test.js"]}'"""
+DOCKER_TYPES = "deps/node-entry-corrupt,fs/node-package-unreadable,env/node-options-preload-missing"
 JEST_SHORTCUTS = ["jest-circus-forced", "jest-config-js-stub", "jest-package-key-stub", "jest-mocks-folder",
                   "jest-cache-seeded"]
-
-
-def write_package(root: Path, manifest: dict, files: dict[str, str] | None = None) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "package.json").write_text(json.dumps(manifest))
-    for rel, body in (files or {}).items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(body)
-    return root
 
 
 @pytest.mark.parametrize("script, command", [
@@ -206,14 +198,9 @@ def test_a_local_crawl_mines_jest_tasks(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def jest_export(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    from miner.export import ExportOptions, export_tasks
-
-    root = crawl_fixture(tmp_path_factory.mktemp("jest-crawl"), "node-jest", "--backend", "docker",
-                         "--max-tasks-per-repo", "3")
-    with Store(root / "store", create=False) as store:
-        summary = export_tasks(store, store.list_tasks(), "harbor", root / "harbor", ExportOptions(cache_dir=root / "cache"))
-    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
-    return [root / "harbor" / o.name for o in summary.outcomes]
+    # one type a family, three tasks: the Docker crawl is the slow part
+    return export_fixture(tmp_path_factory.mktemp("jest-crawl"), "node-jest", "--backend", "docker",
+                          "--types", DOCKER_TYPES, "--max-tasks-per-repo", "3")
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import copy_fixture, crawl_fixture
+from conftest import copy_fixture, crawl_fixture, export_fixture, write_package
 
 from miner.ecosystems.node import mocha, npm, runner
 from miner.projectfiles import is_runner_config
@@ -22,15 +22,6 @@ NODE = shutil.which("node")
 DOCKER_TYPES = "deps/node-entry-corrupt,fs/node-package-unreadable,env/node-options-preload-missing"
 MOCHA_SHORTCUTS = ["mocha-runner-forced", "mocha-link-repointed", "mocharc-require-stub", "mocha-package-key-require",
                    "mocha-test-helper-patch"]
-
-
-def write_package(root: Path, manifest: dict, files: dict[str, str] | None = None) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "package.json").write_text(json.dumps(manifest))
-    for rel, body in (files or {}).items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(body)
-    return root
 
 
 @pytest.mark.parametrize("script, command", [
@@ -205,15 +196,9 @@ def test_a_local_crawl_mines_mocha_tasks(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def mocha_export(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    from miner.export import ExportOptions, export_tasks
-
     # one type a family, three tasks: the Docker crawl is the slow part
-    root = crawl_fixture(tmp_path_factory.mktemp("mocha-crawl"), "node-mocha", "--backend", "docker",
-                         "--types", DOCKER_TYPES, "--max-tasks-per-repo", "3")
-    with Store(root / "store", create=False) as store:
-        summary = export_tasks(store, store.list_tasks(), "harbor", root / "harbor", ExportOptions(cache_dir=root / "cache"))
-    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
-    return [root / "harbor" / o.name for o in summary.outcomes]
+    return export_fixture(tmp_path_factory.mktemp("mocha-crawl"), "node-mocha", "--backend", "docker",
+                          "--types", DOCKER_TYPES, "--max-tasks-per-repo", "3")
 
 
 @pytest.mark.slow

@@ -10,23 +10,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import copy_fixture
+from conftest import copy_fixture, write_package
 
 from miner.ecosystems.node import npm, runner, tape
 from miner.models import NodePackage
 from miner.sources import parse_source
 
 NODE = shutil.which("node")
-
-
-def write_package(root: Path, manifest: dict | str, files: dict[str, str] | None = None) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    text = manifest if isinstance(manifest, str) else json.dumps(manifest)
-    (root / "package.json").write_text(text)
-    for rel, body in (files or {}).items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(body)
-    return root
 
 
 def test_the_test_command_follows_npm_run_and_drops_coverage(tmp_path: Path) -> None:

@@ -14,9 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import crawl_fixture
+from conftest import export_fixture
 
-from miner.store import Store
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -34,15 +33,7 @@ npm ci --offline
 
 @pytest.fixture(scope="module")
 def npm_export(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    from miner.export import ExportOptions, export_tasks
-
-    root = crawl_fixture(tmp_path_factory.mktemp("npm-crawl"), "node-lib", "--backend", "docker")
-    with Store(root / "store", create=False) as store:
-        tasks = store.list_tasks()
-        out = root / "harbor"
-        summary = export_tasks(store, tasks, "harbor", out, ExportOptions(cache_dir=root / "cache"))
-    assert not summary.failed, [(o.task_id, o.reason) for o in summary.failed]
-    return [out / o.name for o in summary.outcomes]
+    return export_fixture(tmp_path_factory.mktemp("npm-crawl"), "node-lib", "--backend", "docker")
 
 
 def test_an_npm_project_is_mined_on_the_docker_backend(npm_export: list[Path]) -> None:

@@ -31,6 +31,7 @@ import re
 import shlex
 from pathlib import Path, PurePosixPath
 
+from miner.ecosystems.node import commands
 from miner.models import PROJECT_DIR
 
 ID_SEPARATOR = "::"
@@ -71,13 +72,7 @@ TESTS_LINE = re.compile(r"^Tests:\s+(.*)$", re.MULTILINE)
 
 def is_jest_command(command: str) -> bool:
     """`jest …` or `npx jest …`."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return False
-    if words[:1] == ["npx"]:
-        words = [w for w in words[1:] if not w.startswith("-")][:1]
-    return bool(words) and PurePosixPath(words[0]).name == PROGRAM
+    return commands.program(command) == PROGRAM
 
 
 def _options(words: list[str]) -> tuple[dict, list[str], str | None]:

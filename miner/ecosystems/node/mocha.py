@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from miner.ecosystems.node import tape
+from miner.ecosystems.node import commands, tape
 
 ID_SEPARATOR = "::"
 PROGRAMS = ("mocha", "_mocha")
@@ -55,13 +55,7 @@ TAP_PASS, TAP_NOT = re.compile(r"^# pass ([0-9]+)\s*$", re.MULTILINE), re.compil
 
 def is_mocha_command(command: str) -> bool:
     """`mocha …`, `_mocha …` or `npx mocha …`."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return False
-    if words[:1] == ["npx"]:
-        words = [w for w in words[1:] if not w.startswith("-")][:1]
-    return bool(words) and PurePosixPath(words[0]).name in PROGRAMS
+    return commands.program(command) in PROGRAMS
 
 
 def _options(words: list[str]) -> dict:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import base64
 import shlex
 from importlib import resources
-from pathlib import PurePosixPath
+
+from miner.ecosystems.node import commands
 
 ID_SEPARATOR = "::"
 REQUIRE_OPTIONS = ("-r", "--require")
@@ -26,13 +27,7 @@ REQUIRE_OPTIONS = ("-r", "--require")
 
 def is_tape_command(command: str) -> bool:
     """`tape …` or `npx tape …`."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return False
-    if words[:1] == ["npx"]:
-        words = [w for w in words[1:] if not w.startswith("-")][:1]
-    return bool(words) and PurePosixPath(words[0]).name == "tape"
+    return commands.program(command) == "tape"
 
 
 def split_command(command: str) -> tuple[list[str], list[str]]:
