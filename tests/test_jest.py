@@ -14,11 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import copy_fixture, crawl_fixture, export_fixture, write_package
+from conftest import copy_fixture, export_fixture, write_package
 
 from miner import projectfiles
 from miner.ecosystems.node import jest, npm, runner
-from miner.store import Store
 
 NODE = shutil.which("node")
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,20 +181,6 @@ def test_a_real_jest_run_reports_each_test(tmp_path: Path) -> None:
     assert not check("test/changelog.test.js::render::round-trips through YAML")
 
 
-@pytest.mark.slow
-def test_a_local_crawl_mines_jest_tasks(tmp_path: Path) -> None:
-    base = crawl_fixture(tmp_path, "node-jest", "--types", "deps/node-entry-corrupt,fs/node-package-unreadable",
-                         "--max-tasks-per-repo", "3")
-    with Store(base / "store", create=False) as store:
-        tasks = store.list_tasks()
-    assert len(tasks) >= 3, [t.type_id for t in tasks]
-    assert all(t.test_command == FIXTURE_COMMAND for t in tasks)
-    yaml_tasks = [t for t in tasks if t.target.key == "node-package:yaml"]
-    assert yaml_tasks and all({f.split("::")[0] for f in t.f2p} == {"test/changelog.test.js"} for t in yaml_tasks)
-    instruction = (base / "store" / "tasks" / tasks[0].id / "instruction.md").read_text()
-    assert "jest -t " in instruction or "jest --ci" in instruction
-
-
 @pytest.fixture(scope="module")
 def jest_export(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     # one type a family, three tasks: the Docker crawl is the slow part
@@ -211,6 +196,14 @@ def test_exported_jest_tasks_check_out_and_refuse_the_jest_shortcuts(jest_export
     from miner.check import check_tasks
 
     assert len(jest_export) >= 3
+    # each test file loads its own dependency: a package broken fails one file's tests, and the
+    # solver is shown jest's one-test command
+    package_tasks = [f for f in jest_export if "__deps-" in f.name or "__fs-" in f.name]
+    assert package_tasks, [f.name for f in jest_export]
+    for folder in package_tasks:
+        f2p = json.loads((folder / "tests" / "spec.json").read_text())["f2p"]
+        assert len({t.split("::")[0] for t in f2p}) == 1, f2p
+        assert "jest -t " in (folder / "instruction.md").read_text()
     spec = json.loads((jest_export[0] / "tests" / "spec.json").read_text())
     assert spec["runner"] == "jest" and spec["jest_config"] == {"testEnvironment": "node",
                                                                 "testMatch": ["**/test/**/*.test.js"]}
