@@ -102,14 +102,16 @@ def differences(before: dict[str, dict], after: dict[str, dict]) -> dict[str, li
 @pytest.fixture
 def frozen() -> Iterator[Path]:
     """A private copy of miner's code, inventory-app, stocksync (whose lock, cache, user config,
-    TLS and plugin give the home, net and state families targets) and node-lib (npm packages, for
-    the Node types), visible read-only in sandboxes."""
+    TLS and plugin give the home, net and state families targets), node-lib (npm packages, for
+    the Node types) and node-cli (a lockfile, a peer range, tests running a package's program and an
+    npm script: the npm types), visible read-only in sandboxes."""
     root = Path(tempfile.mkdtemp(prefix="miner-host-safety-", dir="/var/tmp"))
     try:
         shutil.copytree(REPO_ROOT / "miner", root / "miner", ignore=shutil.ignore_patterns("__pycache__"))
         copy_fixture("inventory-app", root / "fixtures" / "inventory-app")
         copy_fixture("stocksync", root / "fixtures" / "stocksync")
         copy_fixture("node-lib", root / "fixtures" / "node-lib")
+        copy_fixture("node-cli", root / "fixtures" / "node-cli")
         yield root
     finally:
         shutil.rmtree(root)
@@ -135,7 +137,8 @@ def test_a_crawl_applying_every_local_type_leaves_the_host_unchanged(frozen: Pat
     assert len(wanted) >= 15
     repos = write_repos(tmp_path / "repos.txt", [f"{frozen / 'fixtures' / 'inventory-app'} {OVERRIDES}",
                                                  f"{frozen / 'fixtures' / 'stocksync'} {STOCKSYNC_OVERRIDES}",
-                                                 str(frozen / "fixtures" / "node-lib")])
+                                                 str(frozen / "fixtures" / "node-lib"),
+                                                 str(frozen / "fixtures" / "node-cli")])
     before = host_snapshot(frozen, tmp_path, store)
     assert str(frozen / "miner" / "sandbox" / "local.py") in before["miner code and fixture"]
     assert str(tmp_path / "repos.txt") in before["store parent"] and len(before["home"]) > 100
