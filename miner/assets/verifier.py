@@ -68,6 +68,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 
 import _frozen_importlib_external as bootstrap  # frozen, like the builtin _imp: no file to verify
 import _imp
@@ -793,18 +794,13 @@ class Verifier:
         node = self.node_program()
         if node is None:
             return {}, {"outcomes": {}, "violations": []}
-        report, lines = os.path.join(self.work, "jest.json"), os.path.join(self.work, "jest.jsonl")
+        report = os.path.join(self.work, "jest.json")
         config = {**self.spec.get("jest_config", {}), "cacheDirectory": os.path.join(self.work, "jest-cache")}
         files = sorted({t.split("::", 1)[0] for t in tests})
         print(f"verifier: running {len(tests)} tests (jest, {len(files)} files)", flush=True)
         self.run_suite([node, JEST_PROGRAM, *JEST_FLAGS, "--config", json.dumps(config), f"--outputFile={report}",
                         "--runTestsByPath", *files])
-        try:
-            with open(report, "rb") as handle, open(lines, "wb") as out:
-                out.write(jest_lines(handle.read(), self.project))
-        except OSError:
-            pass
-        return self.node_outcomes(lines, "jest")
+        return self.node_outcomes(report, "jest", lambda data: jest_lines(data, self.project))
 
     def run_file_by_file(self, reporter_name: str, label: str, tests: list[str],
                          args: list[str]) -> tuple[dict[str, list[str]], dict]:
@@ -827,12 +823,13 @@ class Verifier:
             self.problem("node is not on the healthy PATH")
         return node
 
-    def node_outcomes(self, report: str, writer: str) -> tuple[dict[str, list[str]], dict]:
+    def node_outcomes(self, report: str, writer: str,
+                      lines: Callable[[bytes], bytes] = lambda data: data) -> tuple[dict[str, list[str]], dict]:
         """(outcomes per test id from a reporter's JSON lines, the same as the guard's report: node
-        runs no plugin of the project's to guard)."""
+        runs no plugin of the project's to guard); `lines` turns a runner's own report into them."""
         try:
             with open(report, "rb") as handle:
-                outcomes = parse_node_report(handle.read(), self.project)
+                outcomes = parse_node_report(lines(handle.read()), self.project)
         except OSError as exc:
             self.problem(f"{writer} wrote no report ({exc})")
             outcomes = {}

@@ -276,6 +276,8 @@ def printed_forms(line: str) -> list[str]:
     backslashes doubled)."""
     line = line.removeprefix("AssertionError: ")
     return [line, line.replace("\\", "\\\\")]
+
+
 NODE_TEST = Runner(
     name="node --test", language="Node.js", runtime=RUNTIME, claims=is_node_test_command,
     suite_command=suite_command, parse_report=parse_report, check_command=check_command,
