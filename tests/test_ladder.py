@@ -77,7 +77,7 @@ def test_tasks_are_labelled_stored_filtered_and_counted(mined_store: Path, tmp_p
 def test_a_crawl_refusing_trivial_tasks_keeps_none_the_first_rungs_repair(tmp_path: Path) -> None:
     """--refuse-trivial: a validated task a blind repair up to reset-permissions repairs is
     rejected as `trivial` (counted, not stored); the others are stored."""
-    types = "env/pythonhome,fs/unreadable,config"
+    types = "env/pythonhome,fs/unreadable,config/syntax-error"
     base = crawl_fixture(tmp_path, "inventory-app", "--types", types, "--refuse-trivial")
     with Store(base / "store", create=False) as opened:
         stored = opened.list_tasks()
