@@ -293,12 +293,13 @@ class Attacker:
             report.error = str(exc) if isinstance(exc, CheckError) else f"not an exported miner task: {exc}"
             return report
         try:
-            report.nop = self.checker.scenario(image, task_dir, config, with_solution=False)
-            report.oracle = self.checker.scenario(image, task_dir, config, with_solution=True)
             runner = task_runner(task_dir)
-            with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            with ThreadPoolExecutor(max_workers=self.jobs) as pool:  # the baseline's two runs side by side too
+                nop = pool.submit(self.checker.scenario, image, task_dir, config, False)
+                oracle = pool.submit(self.checker.scenario, image, task_dir, config, True)
                 futures = [pool.submit(self.attack, image, task_dir, config, a, variables)
                            for a in self.catalogue.attacks if a.fits(runner)]
+                report.nop, report.oracle = nop.result(), oracle.result()
                 for future in futures:
                     outcome = future.result()
                     report.outcomes.append(outcome)
