@@ -127,6 +127,7 @@ def frozen_miner(frozen: Path, store: Path, *args: str | Path) -> subprocess.Com
 
 
 @pytest.mark.slow  # crawls until every local type was tried
+@pytest.mark.extended  # 8 minutes; each type's break also runs in tests/test_catalogue_types.py, in the sandbox
 def test_a_crawl_applying_every_local_type_leaves_the_host_unchanged(frozen: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     imported = subprocess.run([sys.executable, "-c", "import miner; print(miner.__file__)"], capture_output=True,

@@ -179,6 +179,7 @@ def test_a_real_mocha_run_reports_each_test(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the Docker export's crawl below mines mocha tasks too
 def test_a_local_crawl_mines_mocha_tasks(tmp_path: Path) -> None:
     base = crawl_fixture(tmp_path, "node-mocha", "--types", DOCKER_TYPES, "--max-tasks-per-repo", "4")
     with Store(base / "store", create=False) as store:

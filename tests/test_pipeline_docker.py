@@ -200,19 +200,23 @@ def test_dockerized_tasks_export_to_every_format(docker_store: Path, dockerized_
         assert "miner-context" not in record["dockerfile"] and "FROM miner-project AS healthy" in record["dockerfile"]
 
 
-def test_every_shortcut_scores_zero_on_a_docker_backend_task(dockerized_export: dict[str, Path]) -> None:
-    """The catalogue of shortcuts (miner check --attacks) against the service task of the Dockerized
-    service: its verifier runs the image's own command and HTTP checks, on the project's own image."""
-    from test_attacks import assert_refused_everywhere
+def test_a_shortcut_of_every_class_scores_zero_on_a_docker_backend_task(dockerized_export: dict[str, Path]) -> None:
+    """A shortcut of each class (miner check --attacks; tests/test_attacks.py runs the whole catalogue
+    through the same boot tool and wrapper) against the service task of the Dockerized service: its
+    verifier runs the image's own command and HTTP checks, on the project's own image."""
+    from test_attacks import assert_refused_everywhere, one_per_class
 
-    from miner.attacks import attack_tasks, load_catalogue
+    from miner.attacks import attack_tasks, load_catalogue, task_runner
 
-    reports = attack_tasks([dockerized_export["docker-service:service"]], load_catalogue([]), jobs=2)
-    assert_refused_everywhere(reports)
+    task = dockerized_export["docker-service:service"]
+    sample = one_per_class(load_catalogue([]), task_runner(task))
+    assert len(sample.attacks) >= 12
+    reports = attack_tasks([task], sample, jobs=2)
+    assert_refused_everywhere(reports, sample)
 
 
 @pytest.mark.harbor
-@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), ("nop", 0.0)])
+@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), pytest.param("nop", 0.0, marks=pytest.mark.extended)])
 def test_harbor_scores_dockerized_tasks(harbor, dockerized_export: dict[str, Path], tmp_path: Path, agent: str,
                                         expected: float) -> None:
     """The reference harness on the system and service tasks: lint clean but for the shared verifier."""
