@@ -339,6 +339,9 @@ def harbor_export(mined_store: Path, tmp_path_factory: pytest.TempPathFactory) -
 # -- the Harbor harness --------------------------------------------------------------------------
 
 HARBOR_RUN_TIMEOUT = 1800
+# The agents a Harbor run test takes and the reward each should get: the oracle in the suite, the nop
+# in the extended lane (`miner check` runs the untouched task of every export it checks)
+HARBOR_AGENTS = [("oracle", 1.0), pytest.param("nop", 0.0, marks=pytest.mark.extended)]
 
 
 @dataclass(frozen=True)

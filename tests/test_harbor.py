@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import HARBOR_VENV, LOCAL_FAMILIES, need, pypi_reason, run_miner, write_repos
+from conftest import HARBOR_AGENTS, HARBOR_VENV, LOCAL_FAMILIES, need, pypi_reason, run_miner, write_repos
 
 from miner.check import check_tasks
 
@@ -44,7 +44,7 @@ def test_lint_finds_nothing(harbor, dataset) -> None:
     assert json.loads(done.stdout) == []
 
 
-@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), pytest.param("nop", 0.0, marks=pytest.mark.extended)])
+@pytest.mark.parametrize("agent, expected", HARBOR_AGENTS)
 def test_run_scores_every_family(harbor, dataset, tmp_path: Path, agent: str, expected: float) -> None:
     out, names = dataset
     harbor.assert_run_scores(out, names, agent, expected, tmp_path / "jobs")
@@ -123,7 +123,7 @@ def test_a_published_source_task_checks_out_on_its_route(sdist_tasks: Path) -> N
     assert results and all(r.ok for r in results), [(r.name, r.reason) for r in results]
 
 
-@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), pytest.param("nop", 0.0, marks=pytest.mark.extended)])
+@pytest.mark.parametrize("agent, expected", HARBOR_AGENTS)
 def test_harbor_scores_a_published_source_task(harbor, sdist_tasks: Path, tmp_path: Path, agent: str,
                                                 expected: float) -> None:
     names = {folder.name: "published-source" for folder in sdist_tasks.iterdir()}

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import export_fixture
+from conftest import HARBOR_AGENTS, export_fixture
 
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -106,7 +106,7 @@ def test_each_npm_tree_check_refuses_on_its_own(npm_export: list[Path]) -> None:
 
 
 @pytest.mark.harbor
-@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), pytest.param("nop", 0.0, marks=pytest.mark.extended)])
+@pytest.mark.parametrize("agent, expected", HARBOR_AGENTS)
 def test_harbor_scores_a_tape_task_per_family(harbor, npm_export: list[Path], tmp_path: Path, agent: str,
                                               expected: float) -> None:
     chosen: dict[str, Path] = {}

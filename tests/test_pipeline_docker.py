@@ -12,7 +12,7 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-from conftest import FIXTURES, run_miner, write_repos
+from conftest import FIXTURES, HARBOR_AGENTS, run_miner, write_repos
 
 from miner import graph as graphs
 from miner.check import check_tasks
@@ -216,7 +216,7 @@ def test_a_shortcut_of_every_class_scores_zero_on_a_docker_backend_task(dockeriz
 
 
 @pytest.mark.harbor
-@pytest.mark.parametrize("agent, expected", [("oracle", 1.0), pytest.param("nop", 0.0, marks=pytest.mark.extended)])
+@pytest.mark.parametrize("agent, expected", HARBOR_AGENTS)
 def test_harbor_scores_dockerized_tasks(harbor, dockerized_export: dict[str, Path], tmp_path: Path, agent: str,
                                         expected: float) -> None:
     """The reference harness on the system and service tasks: lint clean but for the shared verifier."""
